@@ -1,0 +1,2 @@
+//! The `citestream` command-line tool.
+fn main() {}

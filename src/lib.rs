@@ -1,0 +1,19 @@
+//! citestream: the protocol work of an LLM API gateway that offers web-search
+//! grounding.
+//!
+//! (Crate documentation is completed as the modules land.)
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![doc(test(attr(deny(warnings))))]
+
+pub mod chat;
+pub mod cite;
+pub mod json;
+pub mod messages;
+pub mod quota;
+pub mod request;
+pub mod sources;
+pub mod sse;
+#[cfg(feature = "stream")]
+pub mod stream;

@@ -1,0 +1,1 @@
+//! `messages` (under construction).

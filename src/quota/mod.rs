@@ -1,0 +1,1 @@
+//! Daily search quota (under construction).
