@@ -1,1 +1,312 @@
-//! `sources` (under construction).
+//! Source documents and their two output dialects.
+//!
+//! A [`Source`] is one search result (or retrieved passage) put in front of
+//! the model. Sources are numbered from 1 in the order given; the model cites
+//! them with `[n]` markers. [`Sources`] holds the list together with the
+//! pre-serialized JSON fragments the rewriters splice into responses, so the
+//! streaming hot path never serializes anything.
+//!
+//! Two dialects exist and can be enabled separately or together
+//! ([`Dialect`]):
+//!
+//! * `sources`: a top-level `sources` array (`{"index","title","url"}` per
+//!   source, cited or not) and, on chat messages, `annotations` of type
+//!   `url_citation` with the character offsets of each marker.
+//! * `citations`: a top-level `citations` array in the Magisterium shape,
+//!   every key always present (see [`Sources::citations_json`]).
+
+use std::fmt;
+
+use serde::Deserialize;
+
+/// One source document given to the model. Every field is optional.
+///
+/// Deserializes from a JSON object; unknown members are ignored, and `year`
+/// and `reference` also accept a JSON number (kept as its decimal text).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Source {
+    /// Title of the page or document.
+    pub title: Option<String>,
+    /// URL of the page or document.
+    pub url: Option<String>,
+    /// The snippet or passage the model read.
+    pub text: Option<String>,
+    /// Nearest heading of the passage.
+    pub heading: Option<String>,
+    /// Author of the document.
+    pub author: Option<String>,
+    /// Year of publication.
+    #[serde(deserialize_with = "string_or_number")]
+    pub year: Option<String>,
+    /// A reference inside the document, e.g. a paragraph number.
+    #[serde(deserialize_with = "string_or_number")]
+    pub reference: Option<String>,
+}
+
+fn string_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Sn {
+        S(String),
+        N(serde_json::Number),
+    }
+    Ok(match Option::<Sn>::deserialize(d)? {
+        None => None,
+        Some(Sn::S(s)) => Some(s),
+        Some(Sn::N(n)) => Some(n.to_string()),
+    })
+}
+
+/// Which output dialects a rewriter adds. Both may be on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Dialect {
+    /// Top-level `sources` plus `annotations` on chat messages.
+    pub sources: bool,
+    /// Top-level `citations` (Magisterium shape).
+    pub citations: bool,
+}
+
+impl Dialect {
+    /// Only the `sources` dialect (the default).
+    pub const SOURCES: Dialect = Dialect { sources: true, citations: false };
+    /// Only the `citations` dialect.
+    pub const CITATIONS: Dialect = Dialect { sources: false, citations: true };
+    /// Both dialects.
+    pub const BOTH: Dialect = Dialect { sources: true, citations: true };
+}
+
+impl Default for Dialect {
+    fn default() -> Self {
+        Dialect::SOURCES
+    }
+}
+
+/// Error returned when a sources document is not a JSON array of objects.
+#[derive(Debug)]
+pub struct SourcesError {
+    msg: String,
+}
+
+impl fmt::Display for SourcesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid sources: {}", self.msg)
+    }
+}
+
+impl std::error::Error for SourcesError {}
+
+/// The numbered sources of one request, with their output fragments
+/// serialized once up front.
+///
+/// Cheap to share: wrap it in an `Arc` to hand one list to many rewriters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sources {
+    list: Vec<Source>,
+    /// `[{"index":1,"title":…,"url":…},…]`
+    sources_json: String,
+    /// Per source: `"url":…,"title":…` members for a `url_citation` object.
+    url_citation_members: Vec<String>,
+}
+
+impl Sources {
+    /// Builds the list from sources numbered 1.. in the given order.
+    #[must_use]
+    pub fn new(list: Vec<Source>) -> Self {
+        let mut sources_json = String::from("[");
+        let mut url_citation_members = Vec::with_capacity(list.len());
+        for (i, s) in list.iter().enumerate() {
+            if i > 0 {
+                sources_json.push(',');
+            }
+            sources_json.push_str("{\"index\":");
+            sources_json.push_str(&(i + 1).to_string());
+            sources_json.push_str(",\"title\":");
+            push_opt_str(&mut sources_json, s.title.as_deref());
+            sources_json.push_str(",\"url\":");
+            push_opt_str(&mut sources_json, s.url.as_deref());
+            sources_json.push('}');
+
+            let mut m = String::from("\"url\":");
+            push_str_or_empty(&mut m, s.url.as_deref());
+            m.push_str(",\"title\":");
+            push_str_or_empty(&mut m, s.title.as_deref());
+            url_citation_members.push(m);
+        }
+        sources_json.push(']');
+        Sources { list, sources_json, url_citation_members }
+    }
+
+    /// Parses a JSON array of source objects (SPEC section 2).
+    ///
+    /// # Errors
+    /// Returns [`SourcesError`] when `json` is not valid JSON, not an array,
+    /// or has an element that is not an object (or has a field of the wrong
+    /// type).
+    pub fn from_json(json: &[u8]) -> Result<Self, SourcesError> {
+        let v: serde_json::Value =
+            serde_json::from_slice(json).map_err(|e| SourcesError { msg: e.to_string() })?;
+        let arr = v
+            .as_array()
+            .ok_or_else(|| SourcesError { msg: "expected a JSON array of objects".into() })?;
+        let mut list = Vec::with_capacity(arr.len());
+        for (i, el) in arr.iter().enumerate() {
+            if !el.is_object() {
+                return Err(SourcesError { msg: format!("element {i} is not an object") });
+            }
+            let s: Source = serde_json::from_value(el.clone())
+                .map_err(|e| SourcesError { msg: format!("element {i}: {e}") })?;
+            list.push(s);
+        }
+        Ok(Sources::new(list))
+    }
+
+    /// The sources, in footnote order (`[1]` is element 0).
+    #[must_use]
+    pub fn list(&self) -> &[Source] {
+        &self.list
+    }
+
+    /// Number of sources; markers `[1]` to `[len]` annotate.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// True when there are no sources (a rewriter then adds nothing).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The top-level `sources` array as JSON: one `{"index","title","url"}`
+    /// per source, cited or not (`null` for a missing title or URL).
+    #[must_use]
+    pub fn sources_json(&self) -> &str {
+        &self.sources_json
+    }
+
+    /// Appends one `url_citation` annotation object for a marker citing
+    /// source `number` (1-based) at `start..end` to `out`.
+    ///
+    /// # Panics
+    /// Panics if `number` is 0 or greater than [`Sources::len`]; the marker
+    /// tracker only reports numbers in range.
+    pub fn push_annotation(&self, out: &mut Vec<u8>, number: u32, start: u64, end: u64) {
+        out.extend_from_slice(b"{\"type\":\"url_citation\",\"url_citation\":{\"start_index\":");
+        push_u64(out, start);
+        out.extend_from_slice(b",\"end_index\":");
+        push_u64(out, end);
+        out.push(b',');
+        out.extend_from_slice(self.url_citation_members[number as usize - 1].as_bytes());
+        out.extend_from_slice(b"}}");
+    }
+
+    /// The top-level `citations` array as JSON (SPEC section 8): one entry per
+    /// source in footnote order, or only those whose 1-based number satisfies
+    /// `include` (`document_index` stays footnote number − 1 either way).
+    #[must_use]
+    pub fn citations_json(&self, mut include: impl FnMut(u32) -> bool) -> String {
+        let mut out = String::from("[");
+        let mut first = true;
+        for (i, s) in self.list.iter().enumerate() {
+            if !include(i as u32 + 1) {
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str("{\"cited_text\":");
+            push_str_or_empty(&mut out, s.text.as_deref());
+            out.push_str(",\"cited_text_heading\":");
+            push_opt_str(&mut out, s.heading.as_deref());
+            out.push_str(",\"document_title\":");
+            push_opt_str(&mut out, s.title.as_deref());
+            out.push_str(",\"document_index\":");
+            out.push_str(&i.to_string());
+            out.push_str(",\"document_author\":");
+            push_opt_str(&mut out, s.author.as_deref());
+            out.push_str(",\"document_year\":");
+            push_opt_str(&mut out, s.year.as_deref());
+            out.push_str(",\"document_reference\":");
+            push_opt_str(&mut out, s.reference.as_deref());
+            out.push_str(",\"source_url\":");
+            push_str_or_empty(&mut out, s.url.as_deref());
+            out.push('}');
+        }
+        out.push(']');
+        out
+    }
+}
+
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+fn push_opt_str(out: &mut String, s: Option<&str>) {
+    match s {
+        Some(s) => push_json_str(out, s),
+        None => out.push_str("null"),
+    }
+}
+
+fn push_str_or_empty(out: &mut String, s: Option<&str>) {
+    push_json_str(out, s.unwrap_or(""));
+}
+
+/// Appends `s` as a JSON string literal (quotes included).
+pub(crate) fn push_json_str(out: &mut String, s: &str) {
+    // serde_json's escaping is the reference; a String never fails to serialize.
+    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\"")));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragments_are_valid_json() {
+        let s = Sources::from_json(
+            br#"[{"title":"A \"q\"","url":"https://a/","text":"t","year":1999},{"url":"u2"},{}]"#,
+        )
+        .unwrap();
+        assert_eq!(s.len(), 3);
+        let v: serde_json::Value = serde_json::from_str(s.sources_json()).unwrap();
+        assert_eq!(v[0]["index"], 1);
+        assert_eq!(v[0]["title"], "A \"q\"");
+        assert_eq!(v[2]["title"], serde_json::Value::Null);
+        let c: serde_json::Value = serde_json::from_str(&s.citations_json(|_| true)).unwrap();
+        assert_eq!(c[0]["document_year"], "1999");
+        assert_eq!(c[1]["cited_text"], "");
+        assert_eq!(c[1]["document_index"], 1);
+        assert_eq!(c[2]["source_url"], "");
+        let only2: serde_json::Value = serde_json::from_str(&s.citations_json(|n| n == 2)).unwrap();
+        assert_eq!(only2.as_array().unwrap().len(), 1);
+        assert_eq!(only2[0]["document_index"], 1);
+        let mut a = Vec::new();
+        s.push_annotation(&mut a, 1, 66, 69);
+        let a: serde_json::Value = serde_json::from_slice(&a).unwrap();
+        assert_eq!(a["url_citation"]["start_index"], 66);
+        assert_eq!(a["url_citation"]["url"], "https://a/");
+    }
+
+    #[test]
+    fn rejects_non_arrays() {
+        assert!(Sources::from_json(b"{}").is_err());
+        assert!(Sources::from_json(b"[1]").is_err());
+        assert!(Sources::from_json(b"[{\"title\":3}]").is_err());
+        assert!(Sources::from_json(b"nope").is_err());
+    }
+}
