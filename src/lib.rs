@@ -11,9 +11,16 @@ pub mod chat;
 pub mod cite;
 pub mod json;
 pub mod messages;
+mod options;
 pub mod quota;
 pub mod request;
 pub mod sources;
 pub mod sse;
 #[cfg(feature = "stream")]
 pub mod stream;
+
+pub use chat::ChatStream;
+pub use cite::{Marker, MarkerTracker, OffsetUnit};
+pub use messages::MessagesStream;
+pub use options::{MAX_CHOICES, RewriteOptions, StreamRewriter};
+pub use sources::{Dialect, Source, Sources, SourcesError};

@@ -15,7 +15,12 @@ use std::io::{self, BufWriter, Read, Write};
 use std::process::ExitCode;
 
 use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+
 use citestream::sse::{Frame, Parser};
+use citestream::{
+    ChatStream, Dialect, MessagesStream, OffsetUnit, RewriteOptions, Sources, StreamRewriter,
+};
 
 const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]";
 
@@ -218,6 +223,137 @@ fn push_json_lossy(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-fn rewrite(_args: &[String]) -> Result<(), Failure> {
-    Err(Failure::Usage("rewrite is not available yet".into()))
+fn rewrite(args: &[String]) -> Result<(), Failure> {
+    let args = Args::parse(
+        args,
+        &[
+            "--sources",
+            "--endpoint",
+            "--dialect",
+            "--offsets",
+            "--n",
+            "--chunk-size",
+        ],
+    )?;
+    let sources_path = args
+        .get("--sources")
+        .ok_or_else(|| Failure::Usage("rewrite needs --sources FILE".into()))?;
+    let messages = match args.get("--endpoint").unwrap_or("chat") {
+        "chat" => false,
+        "messages" => true,
+        other => {
+            return Err(Failure::Usage(format!(
+                "--endpoint takes chat or messages, got '{other}'"
+            )));
+        }
+    };
+    let dialect = match args.get("--dialect").unwrap_or("sources") {
+        "sources" => Dialect::SOURCES,
+        "citations" => Dialect::CITATIONS,
+        "both" => Dialect::BOTH,
+        other => {
+            return Err(Failure::Usage(format!(
+                "--dialect takes sources, citations or both, got '{other}'"
+            )));
+        }
+    };
+    let offsets: OffsetUnit = match args.get("--offsets").unwrap_or("chars").parse() {
+        Ok(u) => u,
+        Err(_) => {
+            return Err(Failure::Usage(format!(
+                "--offsets takes chars, utf16 or bytes, got '{}'",
+                args.get("--offsets").unwrap_or_default()
+            )));
+        }
+    };
+    let n = match args.positive("--n")? {
+        Some(n) => {
+            u32::try_from(n).map_err(|_| Failure::Usage(format!("--n is too large: {n}")))?
+        }
+        None => 1,
+    };
+    let chunk = args.positive("--chunk-size")?;
+    let sources_json = std::fs::read(sources_path)
+        .map_err(|e| Failure::Usage(format!("cannot read sources file '{sources_path}': {e}")))?;
+    let sources = Sources::from_json(&sources_json)
+        .map_err(|e| Failure::Usage(format!("sources file '{sources_path}': {e}")))?;
+    let sources = Arc::new(sources);
+    let mut opts = RewriteOptions::new();
+    opts.dialect(dialect).offsets(offsets).n(n);
+    let input = args.input()?;
+
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    // Decide between a whole JSON body and a stream on the first
+    // non-whitespace byte; hold back only leading whitespace until then.
+    enum Mode {
+        Undecided(Vec<Bytes>),
+        Body(Vec<u8>),
+        Stream(Box<dyn StreamRewriter>),
+    }
+    let mut mode = Mode::Undecided(Vec::new());
+    let new_stream = |sources: &Arc<Sources>| -> Box<dyn StreamRewriter> {
+        if messages {
+            Box::new(MessagesStream::new(sources.clone(), opts.clone()))
+        } else {
+            Box::new(ChatStream::new(sources.clone(), opts.clone()))
+        }
+    };
+    for_each_piece(input, chunk, |piece| {
+        if let Mode::Undecided(held) = &mut mode {
+            let first = piece.iter().position(|b| !b.is_ascii_whitespace());
+            held.push(piece);
+            let Some(pos) = first else { return Ok(()) };
+            let is_body = held.last().is_some_and(|p| p[pos] == b'{');
+            let held = std::mem::take(held);
+            if is_body {
+                mode = Mode::Body(held.concat());
+                return Ok(());
+            }
+            let mut rw = new_stream(&sources);
+            for p in held {
+                rw.feed(p);
+                while let Some(b) = rw.next_output() {
+                    out.write_all(&b)?;
+                }
+            }
+            mode = Mode::Stream(rw);
+            return out.flush();
+        }
+        match &mut mode {
+            Mode::Body(all) => all.extend_from_slice(&piece),
+            Mode::Stream(rw) => {
+                rw.feed(piece);
+                while let Some(b) = rw.next_output() {
+                    out.write_all(&b)?;
+                }
+                out.flush()?;
+            }
+            Mode::Undecided(_) => {}
+        }
+        Ok(())
+    })?;
+    match mode {
+        Mode::Undecided(held) => {
+            for p in held {
+                out.write_all(&p)?;
+            }
+        }
+        Mode::Body(all) => {
+            let rewritten = if messages {
+                citestream::messages::rewrite_body(&all, &sources, &opts)
+            } else {
+                citestream::chat::rewrite_body(&all, &sources, &opts)
+            };
+            out.write_all(&rewritten)?;
+        }
+        Mode::Stream(mut rw) => {
+            rw.finish();
+            while let Some(b) = rw.next_output() {
+                out.write_all(&b)?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
 }
