@@ -620,7 +620,10 @@ enum Escape {
     /// After a backslash.
     Backslash,
     /// After `\u` and `digits` hex digits worth `value`.
-    Hex { digits: u8, value: u16 },
+    Hex {
+        digits: u8,
+        value: u16,
+    },
 }
 
 /// Finds citation markers in the content of one chat choice, fed in pieces,
@@ -996,7 +999,10 @@ fn ascii_prefix_len(s: &[u8]) -> usize {
         }
         i += 8;
     }
-    i + s[i..].iter().position(|&b| b >= 0x80).unwrap_or(s.len() - i)
+    i + s[i..]
+        .iter()
+        .position(|&b| b >= 0x80)
+        .unwrap_or(s.len() - i)
 }
 
 #[cfg(test)]

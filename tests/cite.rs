@@ -32,7 +32,10 @@ fn run(feed: Feed, input: &[u8], cuts: &[usize], max: u32, unit: OffsetUnit) -> 
         }
         from = cut;
         let now: Vec<Marker> = taken.iter().chain(t.markers()).copied().collect();
-        assert!(now.starts_with(&seen), "markers() went back: {seen:?} then {now:?}");
+        assert!(
+            now.starts_with(&seen),
+            "markers() went back: {seen:?} then {now:?}"
+        );
         seen = now;
         if k % 3 == 2 {
             taken.extend(t.take_markers());
@@ -57,7 +60,10 @@ fn reference(feed: Feed, input: &[u8], max: u32, unit: OffsetUnit) -> (Vec<Marke
         Feed::Json => cite_ref::decode_json(input),
         Feed::Text => cite_ref::decode_text(input),
     };
-    (cite_ref::markers(&text, max, unit), cite_ref::length(&text, unit))
+    (
+        cite_ref::markers(&text, max, unit),
+        cite_ref::length(&text, unit),
+    )
 }
 
 /// The full check of one vector: expected chars markers, then every unit at
@@ -75,10 +81,18 @@ fn check(feed: Feed, input: &[u8], max: u32, expected: &[(u32, u64, u64)]) {
         let want = reference(feed, input, max, unit);
         assert_eq!(run(feed, input, &[], max, unit), want, "whole, {unit}");
         for cut in 0..=input.len() {
-            assert_eq!(run(feed, input, &[cut], max, unit), want, "split at {cut}, {unit}");
+            assert_eq!(
+                run(feed, input, &[cut], max, unit),
+                want,
+                "split at {cut}, {unit}"
+            );
         }
         let bytewise: Vec<usize> = (0..=input.len()).collect();
-        assert_eq!(run(feed, input, &bytewise, max, unit), want, "byte by byte, {unit}");
+        assert_eq!(
+            run(feed, input, &bytewise, max, unit),
+            want,
+            "byte by byte, {unit}"
+        );
     }
 }
 
@@ -216,7 +230,14 @@ fn units_of_non_bmp_and_replacement() {
         let mut t = MarkerTracker::new(1, unit);
         t.push_json(input);
         t.finish();
-        assert_eq!(t.markers(), [Marker { number: 1, start, end: start + 3 }]);
+        assert_eq!(
+            t.markers(),
+            [Marker {
+                number: 1,
+                start,
+                end: start + 3
+            }]
+        );
         assert_eq!(t.len(), start + 3);
     };
     want(OffsetUnit::Chars, 3);
@@ -244,7 +265,14 @@ fn len_and_is_empty() {
 fn markers_are_final_early_when_nothing_is_undecided() {
     let mut t = MarkerTracker::new(9, OffsetUnit::Chars);
     t.push_text(b"a [1] b `code` [2");
-    assert_eq!(t.markers(), [Marker { number: 1, start: 2, end: 5 }]);
+    assert_eq!(
+        t.markers(),
+        [Marker {
+            number: 1,
+            start: 2,
+            end: 5
+        }]
+    );
     t.push_text(b"] `x [3]");
     assert_eq!(t.markers().len(), 2, "[3] waits for the open span");
     t.push_text(b"\n\n");
@@ -271,7 +299,10 @@ fn offset_unit_parse_and_display() {
     }
     assert_eq!(OffsetUnit::default(), OffsetUnit::Chars);
     let err = "Chars".parse::<OffsetUnit>().unwrap_err();
-    assert_eq!(err.to_string(), "unknown offset unit (expected chars, utf16 or bytes)");
+    assert_eq!(
+        err.to_string(),
+        "unknown offset unit (expected chars, utf16 or bytes)"
+    );
     assert!("".parse::<OffsetUnit>().is_err());
     let _: &dyn std::error::Error = &err;
 }
@@ -316,14 +347,72 @@ fn u_escape_all(s: &str) -> String {
 
 /// Fragments of escaped JSON string bodies for the differential tests.
 const FRAGMENTS: &[&[u8]] = &[
-    b"[1]", b"[2]", b"[3]", b"[9]", b"[10]", b"[1234]", b"[[2]]", b"[01]", b"[0]",
-    b"[12345]", b"[", b"]", b"1", b"0", b"2", br"\\[1]", br"\[1]", b"[1, 2]", b"[^1]",
-    b"`", b"``", b"```", b"````", b"~~~", b"~~~~", b"~", b" ", b"   ", b"    ",
-    br"\t", br"\r", br"\n", br"\n", br"\n", br"\r\n", br"\n\n", b"\n", b"a", b"text ",
-    "é".as_bytes(), br"\u00e9", br"\u005b", br"\u005d", br"\u0060", br"\u000a", br"\u0020",
-    br"\ud83d", br"\ude00", br"\ud83d\ude00", "😀".as_bytes(), "日".as_bytes(),
-    br"\u12G4", br"\x", br"\u", br"\u0", br"\", br"\\", br"\/", br#"\""#, b"\xff",
-    b"\xe2\x82", b"\xf0\x9f", b"\x98\x80", b"\xed\xa0\x80", b"^", b",",
+    b"[1]",
+    b"[2]",
+    b"[3]",
+    b"[9]",
+    b"[10]",
+    b"[1234]",
+    b"[[2]]",
+    b"[01]",
+    b"[0]",
+    b"[12345]",
+    b"[",
+    b"]",
+    b"1",
+    b"0",
+    b"2",
+    br"\\[1]",
+    br"\[1]",
+    b"[1, 2]",
+    b"[^1]",
+    b"`",
+    b"``",
+    b"```",
+    b"````",
+    b"~~~",
+    b"~~~~",
+    b"~",
+    b" ",
+    b"   ",
+    b"    ",
+    br"\t",
+    br"\r",
+    br"\n",
+    br"\n",
+    br"\n",
+    br"\r\n",
+    br"\n\n",
+    b"\n",
+    b"a",
+    b"text ",
+    "é".as_bytes(),
+    br"\u00e9",
+    br"\u005b",
+    br"\u005d",
+    br"\u0060",
+    br"\u000a",
+    br"\u0020",
+    br"\ud83d",
+    br"\ude00",
+    br"\ud83d\ude00",
+    "😀".as_bytes(),
+    "日".as_bytes(),
+    br"\u12G4",
+    br"\x",
+    br"\u",
+    br"\u0",
+    br"\",
+    br"\\",
+    br"\/",
+    br#"\""#,
+    b"\xff",
+    b"\xe2\x82",
+    b"\xf0\x9f",
+    b"\x98\x80",
+    b"\xed\xa0\x80",
+    b"^",
+    b",",
 ];
 
 fn content() -> impl Strategy<Value = Vec<u8>> {
@@ -337,18 +426,72 @@ fn chunked(len: usize) -> impl Strategy<Value = Vec<usize>> {
     })
 }
 
-fn content_and_cuts() -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
-    content().prop_flat_map(|c| {
+/// Line-shaped contents: indents, fence-like runs and inline fragments,
+/// joined by line breaks of every spelling, so that fences and paragraphs
+/// get exercised far more often than with flat fragments.
+fn lines() -> impl Strategy<Value = Vec<u8>> {
+    let indent = prop::sample::select(&["", "", " ", "  ", "   ", "    ", r"\t", "\t"][..]);
+    let lead = prop::sample::select(
+        &[
+            "",
+            "",
+            "```",
+            "````",
+            "`````",
+            "~~~",
+            "~~~~",
+            "``",
+            "~~",
+            "`",
+            r"\u0060\u0060\u0060",
+        ][..],
+    );
+    let tail = prop::collection::vec(prop::sample::select(FRAGMENTS), 0..5);
+    let trail = prop::sample::select(&["", "", " ", r"\t", r"\r", r" \r", "x"][..]);
+    let brk =
+        prop::sample::select(&[r"\n", r"\n", r"\r\n", r"\u000a", r"\n\n", r"\n   \n", "\n"][..]);
+    let line = (indent, lead, tail, trail, brk).prop_map(|(i, l, t, tr, b)| {
+        let mut v = Vec::new();
+        v.extend_from_slice(i.as_bytes());
+        v.extend_from_slice(l.as_bytes());
+        for f in t {
+            v.extend_from_slice(f);
+        }
+        v.extend_from_slice(tr.as_bytes());
+        v.extend_from_slice(b.as_bytes());
+        v
+    });
+    prop::collection::vec(line, 0..12).prop_map(|ls| ls.concat())
+}
+
+/// Mostly small maxima, sometimes large ones so that 4- and 5-digit numbers
+/// are in range.
+fn max_number() -> impl Strategy<Value = u32> {
+    prop_oneof![4 => 0u32..12, 1 => Just(9999u32), 1 => Just(u32::MAX)]
+}
+
+/// The decoded (UTF-8) form of [`lines`], for `push_text`.
+fn text_lines() -> impl Strategy<Value = Vec<u8>> {
+    lines().prop_map(|escaped| {
+        let decoded: String = cite_ref::decode_json(&escaped).into_iter().collect();
+        decoded.into_bytes()
+    })
+}
+
+fn with_cuts(
+    content: impl Strategy<Value = Vec<u8>>,
+) -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
+    content.prop_flat_map(|c| {
         let len = c.len();
         (Just(c), chunked(len))
     })
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(ProptestConfig::with_cases(3000))]
 
     #[test]
-    fn json_fast_equals_reference((input, cuts) in content_and_cuts(), max in 0u32..12) {
+    fn json_fast_equals_reference((input, cuts) in with_cuts(prop_oneof![content(), lines()]), max in max_number()) {
         for unit in UNITS {
             let want = reference(Feed::Json, &input, max, unit);
             prop_assert_eq!(run(Feed::Json, &input, &cuts, max, unit), want);
@@ -356,7 +499,7 @@ proptest! {
     }
 
     #[test]
-    fn text_fast_equals_reference((input, cuts) in content_and_cuts(), max in 0u32..12) {
+    fn text_fast_equals_reference((input, cuts) in with_cuts(prop_oneof![content(), text_lines()]), max in max_number()) {
         for unit in UNITS {
             let want = reference(Feed::Text, &input, max, unit);
             prop_assert_eq!(run(Feed::Text, &input, &cuts, max, unit), want);
@@ -364,7 +507,7 @@ proptest! {
     }
 
     #[test]
-    fn byte_by_byte_equals_whole(input in content(), max in 1u32..12) {
+    fn byte_by_byte_equals_whole(input in prop_oneof![content(), lines()], max in max_number()) {
         let cuts: Vec<usize> = (0..=input.len()).collect();
         for unit in UNITS {
             prop_assert_eq!(

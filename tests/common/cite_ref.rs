@@ -80,8 +80,8 @@ pub fn decode_json(escaped: &[u8]) -> Vec<char> {
             Piece::Char(c) => out.push(c),
             Piece::Unit(high @ 0xD800..=0xDBFF) => {
                 if let Some(&Piece::Unit(low @ 0xDC00..=0xDFFF)) = pieces.get(k + 1) {
-                    let scalar = 0x10000 + ((u32::from(high) - 0xD800) << 10)
-                        + (u32::from(low) - 0xDC00);
+                    let scalar =
+                        0x10000 + ((u32::from(high) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
                     out.push(char::from_u32(scalar).unwrap());
                     k += 2;
                     continue;
