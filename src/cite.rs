@@ -942,45 +942,57 @@ impl MarkerTracker {
                 }
             }
         }
+        // ASCII runs go straight to the scanner; runs of non-ASCII bytes are
+        // validated and counted in bulk.
+        while !s.is_empty() {
+            let k = ascii_prefix_len(s);
+            let (ascii, rest) = s.split_at(k);
+            if !ascii.is_empty() {
+                self.scan.ascii(ascii);
+            }
+            let m = rest.iter().position(|&b| b < 0x80).unwrap_or(rest.len());
+            let (run, rest) = rest.split_at(m);
+            if !run.is_empty() {
+                self.non_ascii(run, rest.is_empty());
+            }
+            s = rest;
+        }
+    }
+
+    /// A maximal run of non-ASCII bytes; `at_end`: nothing follows it in this
+    /// piece, so an incomplete sequence at its end may continue in the next.
+    fn non_ascii(&mut self, mut run: &[u8], at_end: bool) {
         loop {
-            match core::str::from_utf8(s) {
+            match core::str::from_utf8(run) {
                 Ok(_) => {
-                    self.valid(s);
+                    if !run.is_empty() {
+                        self.scan.other(self.unit.width_of_utf8(run));
+                    }
                     return;
                 }
                 Err(e) => {
-                    let (ok, bad) = s.split_at(e.valid_up_to());
-                    self.valid(ok);
+                    let (ok, bad) = run.split_at(e.valid_up_to());
+                    if !ok.is_empty() {
+                        self.scan.other(self.unit.width_of_utf8(ok));
+                    }
                     match e.error_len() {
                         Some(n) => {
                             self.replacement();
-                            s = bad.get(n..).unwrap_or_default();
+                            run = bad.get(n..).unwrap_or_default();
                         }
-                        None => {
+                        None if at_end => {
                             let n = bad.len().min(3);
                             self.utf8[..n].copy_from_slice(&bad[..n]);
                             self.utf8_len = n as u8;
                             return;
                         }
+                        None => {
+                            // Cut off by an ASCII byte: one maximal subpart.
+                            self.replacement();
+                            return;
+                        }
                     }
                 }
-            }
-        }
-    }
-
-    /// Valid UTF-8: ASCII runs go through the scanner, non-ASCII runs are
-    /// counted in bulk.
-    fn valid(&mut self, mut s: &[u8]) {
-        while !s.is_empty() {
-            let k = ascii_prefix_len(s);
-            if k > 0 {
-                self.scan.ascii(&s[..k]);
-                s = &s[k..];
-            }
-            let m = s.iter().position(|&b| b < 0x80).unwrap_or(s.len());
-            if m > 0 {
-                self.scan.other(self.unit.width_of_utf8(&s[..m]));
-                s = &s[m..];
             }
         }
     }
@@ -1067,6 +1079,30 @@ mod tests {
         assert_eq!(t.scan.line, LINE_START);
         t.push_text(b"    ```");
         assert_eq!(t.scan.line, Line::Text);
+    }
+
+    #[test]
+    fn heap_storage_is_only_markers_and_pending_tokens() {
+        // The tracker's only heap storage is its two vectors: content without
+        // markers leaves them unallocated, whatever the chunking.
+        let body = r"Text with [brackets], [^notes], `code`, \u00e9, \ud83d\ude00 and é.\n\n```\n[1]\n```\n"
+            .repeat(100);
+        for unit in [OffsetUnit::Chars, OffsetUnit::Utf16, OffsetUnit::Bytes] {
+            let mut t = MarkerTracker::new(9, unit);
+            for piece in body.as_bytes().chunks(7) {
+                t.push_json(piece);
+            }
+            t.finish();
+            assert!(t.markers().is_empty());
+            assert_eq!(t.scan.markers.capacity(), 0);
+            assert_eq!(t.scan.pending.capacity(), 0);
+        }
+        // Pending tokens are dropped when the span closes; their buffer is
+        // reused.
+        let mut t = MarkerTracker::new(9, OffsetUnit::Chars);
+        t.push_text("a `x [1] [2] [3] [4]` b\n".repeat(100).as_bytes());
+        assert!(t.markers().is_empty());
+        assert!(t.scan.pending.capacity() <= 8);
     }
 
     #[test]

@@ -507,6 +507,17 @@ proptest! {
     }
 
     #[test]
+    fn arbitrary_bytes_equal_reference(
+        (input, cuts) in with_cuts(prop::collection::vec(any::<u8>(), 0..64)),
+        max in max_number(),
+    ) {
+        for unit in UNITS {
+            prop_assert_eq!(run(Feed::Json, &input, &cuts, max, unit), reference(Feed::Json, &input, max, unit));
+            prop_assert_eq!(run(Feed::Text, &input, &cuts, max, unit), reference(Feed::Text, &input, max, unit));
+        }
+    }
+
+    #[test]
     fn byte_by_byte_equals_whole(input in prop_oneof![content(), lines()], max in max_number()) {
         let cuts: Vec<usize> = (0..=input.len()).collect();
         for unit in UNITS {
