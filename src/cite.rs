@@ -77,9 +77,12 @@
 //!               markers
 //!  FenceStart   line start inside a fence       fence char: FenceRun, LF: stay,
 //!               (<= 3 spaces)                   other: FenceSkip
-//!  FenceRun     candidate closing run           other: FenceTrail (if long
-//!                                               enough) or FenceSkip
+//!  FenceRun     candidate closing run           run long enough: space/tab/CR:
+//!                                               FenceTrail, LF: closed (Start);
+//!                                               else LF: FenceStart, other:
+//!                                               FenceSkip
 //!  FenceTrail   spaces/tabs/CR after the run    LF: fence closed (Start)
+//!                                               other: FenceSkip
 //!  FenceSkip    rest of a fence line            LF: FenceStart
 //! ```
 //!
@@ -95,6 +98,38 @@
 //! `memchr3` for `[`, `` ` `` and LF, fenced code with `memchr` for LF, runs
 //! of non-ASCII characters are counted in bulk, and no allocation happens
 //! except to record a marker or a pending token.
+//!
+//! # Decisions where the SPEC is silent
+//!
+//! * The backslash rule is literal: any backslash character right before a
+//!   `[` blocks it, even one that is itself escaped in Markdown terms
+//!   (`\\[1]`). A U+FFFD from an invalid JSON escape such as `\[` is not a
+//!   backslash, so `\[1]` in a JSON body (decoded: U+FFFD `[1]`) is a marker.
+//! * Backslashes do not escape backticks; only runs of backticks matter.
+//! * Indentation before a fence is spaces only: a tab makes the line an
+//!   ordinary line. A backtick fence's opening line may contain more
+//!   backticks (the SPEC says anything may follow).
+//! * A fence opening line ends the paragraph before it even when an inline
+//!   code span is undecided there (block structure comes first, as in
+//!   CommonMark); the undecided opener is then literal.
+//! * `[0]` (and any number with a leading zero) is not a marker; the largest
+//!   number is `[9999]`.
+//! * Input after [`MarkerTracker::finish`] is ignored.
+//!
+//! # Examples
+//!
+//! Whole message content (non-streaming), already decoded:
+//!
+//! ```
+//! use citestream::cite::{Marker, MarkerTracker, OffsetUnit};
+//!
+//! let content = "See `a[1]` and [1].\n\n```\n[2]\n```\nDone [2].";
+//! let mut t = MarkerTracker::new(2, OffsetUnit::Utf16);
+//! t.push_text(content.as_bytes());
+//! t.finish();
+//! let spans: Vec<(u32, u64, u64)> = t.markers().iter().map(|m| (m.number, m.start, m.end)).collect();
+//! assert_eq!(spans, [(1, 15, 18), (2, 38, 41)]);
+//! ```
 //!
 //! # Note
 //!
