@@ -121,7 +121,7 @@
 //! Whole message content (non-streaming), already decoded:
 //!
 //! ```
-//! use citestream::cite::{Marker, MarkerTracker, OffsetUnit};
+//! use citestream::cite::{MarkerTracker, OffsetUnit};
 //!
 //! let content = "See `a[1]` and [1].\n\n```\n[2]\n```\nDone [2].";
 //! let mut t = MarkerTracker::new(2, OffsetUnit::Utf16);
