@@ -87,17 +87,23 @@
 //! ```
 //!
 //! A backtick run whose closing run has not been seen yet cannot be decided:
-//! the markers after it are held back as *pending tokens* (runs and markers,
-//! never text). The next run of the same length closes the span and drops
-//! them; the end of the paragraph resolves them as if the opener were
-//! literal. Markers are therefore final (visible in
-//! [`MarkerTracker::markers`]) as soon as no code span is undecided before
-//! them, and all are final after [`MarkerTracker::finish`].
+//! the markers after it are held back as *pending tokens* (never text). The
+//! undecided openers form a small stack: the first one, then the opener that
+//! would come next if it were literal, and so on. A later run either closes
+//! the one opener of its length (dropping the deeper openers and the markers
+//! found since, which were inside that span) or becomes the deepest opener;
+//! at the end of the paragraph the openers left are literal and the pending
+//! markers count. This is CommonMark's left-to-right resolution done
+//! incrementally, without rescanning anything. Markers are therefore final
+//! (visible in [`MarkerTracker::markers`]) as soon as no code span is
+//! undecided before them, and all are final after
+//! [`MarkerTracker::finish`].
 //!
 //! The common case is fast: plain paragraph text is skipped with
 //! `memchr3` for `[`, `` ` `` and LF, fenced code with `memchr` for LF, runs
 //! of non-ASCII characters are counted in bulk, and no allocation happens
-//! except to record a marker or a pending token.
+//! except to record a marker or a nested undecided opener (amortized vector
+//! growth; a single undecided opener needs no allocation).
 //!
 //! # Decisions where the SPEC is silent
 //!
@@ -133,10 +139,10 @@
 //!
 //! # Note
 //!
-//! Memory is bounded by the number of markers plus the number of backtick
-//! runs of the current paragraph after an undecided opener; a very long
-//! paragraph with an unclosed backtick run and many other runs keeps one
-//! small token per run until the paragraph ends.
+//! Memory is bounded by the number of markers found (they are the output)
+//! plus one 16-byte entry per nested undecided opener. Nested openers have
+//! distinct lengths, so a paragraph of n bytes has fewer than
+//! `sqrt(2n)` of them (a 1 MB paragraph crafted for it: under 1,500).
 
 use core::fmt;
 use core::str::FromStr;
@@ -299,13 +305,14 @@ struct OpenMarker {
     digits: u8,
 }
 
-/// What is kept after an undecided code span opener.
+/// An undecided code span opener below the first one (see
+/// [`Scanner::end_run`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Token {
-    /// A maximal run of backticks of this length.
-    Run(u32),
-    /// A marker (in range) that counts unless it ends up inside a span.
-    Marker(Marker),
+struct Opener {
+    /// Length of its backtick run.
+    len: u32,
+    /// Index in `Scanner::pending` of the first marker found after it.
+    first_marker: usize,
 }
 
 /// The decoded-character state machine: lines, fences, code spans, markers.
@@ -322,11 +329,15 @@ struct Scanner {
     prev_backslash: bool,
     /// Length of the backtick run in progress in `Text` (0: none).
     run: u32,
-    /// Length of the undecided code span opener of this paragraph (0: none).
+    /// Length of the first undecided code span opener of this paragraph
+    /// (0: none).
     open: u32,
+    /// The openers nested under `open`, outermost first (empty unless
+    /// `open != 0`).
+    deeper: Vec<Opener>,
     mark: Option<OpenMarker>,
-    /// Tokens after the undecided opener, in content order.
-    pending: Vec<Token>,
+    /// Markers found after `open`, in content order.
+    pending: Vec<Marker>,
     /// Final markers, in content order.
     markers: Vec<Marker>,
 }
@@ -342,6 +353,7 @@ impl Scanner {
             prev_backslash: false,
             run: 0,
             open: 0,
+            deeper: Vec::new(),
             mark: None,
             pending: Vec::new(),
             markers: Vec::new(),
@@ -588,15 +600,34 @@ impl Scanner {
     }
 
     /// A maximal backtick run of length `len` ended inside a paragraph.
+    ///
+    /// The undecided openers form a stack, outermost first: `open`, then
+    /// `deeper`. Opener *i* is what the paragraph's first undecided run
+    /// would be if openers *0..i* all turn out literal (never closed), which
+    /// is exactly where scanning would resume in that case. Their lengths
+    /// are distinct, because a run of an opener's length closes it. So a run
+    /// either closes the one opener of its length, discarding every deeper
+    /// opener and every marker found since (all inside that span), or
+    /// becomes the deepest opener. At the end of the paragraph every opener
+    /// left is literal and all pending markers count. This is the greedy
+    /// left-to-right resolution, done incrementally with no rescans.
     fn end_run(&mut self, len: u32) {
         if self.open == 0 {
             self.open = len;
         } else if self.open == len {
-            // The span closes: everything since the opener was code.
+            // The outermost span closes: everything since it was code.
             self.open = 0;
+            self.deeper.clear();
             self.pending.clear();
+        } else if let Some(i) = self.deeper.iter().position(|o| o.len == len) {
+            let first_marker = self.deeper[i].first_marker;
+            self.pending.truncate(first_marker);
+            self.deeper.truncate(i);
         } else {
-            self.pending.push(Token::Run(len));
+            self.deeper.push(Opener {
+                len,
+                first_marker: self.pending.len(),
+            });
         }
     }
 
@@ -604,36 +635,18 @@ impl Scanner {
         if self.open == 0 {
             self.markers.push(marker);
         } else {
-            self.pending.push(Token::Marker(marker));
+            self.pending.push(marker);
         }
     }
 
-    /// The paragraph ended: an undecided opener is literal; resolve the
-    /// tokens after it as a paragraph of their own.
+    /// The paragraph ended: the undecided openers are literal and the
+    /// pending markers count.
     fn end_paragraph(&mut self) {
-        if self.open == 0 {
-            return;
+        if self.open != 0 {
+            self.open = 0;
+            self.deeper.clear();
+            self.markers.append(&mut self.pending);
         }
-        self.open = 0;
-        let mut i = 0;
-        while let Some(&token) = self.pending.get(i) {
-            match token {
-                Token::Marker(m) => {
-                    self.markers.push(m);
-                    i += 1;
-                }
-                Token::Run(len) => {
-                    let close = self.pending[i + 1..]
-                        .iter()
-                        .position(|&t| t == Token::Run(len));
-                    i += match close {
-                        Some(k) => k + 2,
-                        None => 1,
-                    };
-                }
-            }
-        }
-        self.pending.clear();
     }
 
     /// The content ended.
@@ -671,9 +684,9 @@ enum Escape {
 /// After [`finish`](Self::finish), further input is ignored.
 ///
 /// The tracker keeps a few counters, at most 3 bytes of an incomplete UTF-8
-/// sequence, the pending tokens of an undecided code span and the markers
-/// found; never the content. See the [module documentation](self) for the
-/// rules.
+/// sequence, the markers held back by an undecided code span, the lengths
+/// of nested undecided spans and the markers found; never the content. See
+/// the [module documentation](self) for the rules and the design.
 ///
 /// # Example
 ///
@@ -1088,19 +1101,64 @@ mod tests {
         t.push_text(b"a `` [1] ` [2] `");
         assert!(t.markers().is_empty());
         assert_eq!(t.scan.open, 2);
-        // The last run may still grow: it is not a token yet.
-        assert_eq!(t.scan.pending.len(), 3);
+        assert_eq!(
+            t.scan.deeper,
+            [Opener {
+                len: 1,
+                first_marker: 1
+            }]
+        );
+        assert_eq!(t.scan.pending.len(), 2);
+        // The last run may still grow: it is not decided yet.
         assert_eq!(t.scan.run, 1);
         // The opener closes: everything pending was code.
         t.push_text(b"` [3]");
         assert_eq!(t.scan.open, 0);
         assert!(t.scan.pending.is_empty());
+        assert!(t.scan.deeper.is_empty());
         // Nothing is undecided before `[3]`: it is final at once.
         assert_eq!(t.markers().len(), 1);
         assert_eq!(t.markers()[0].number, 3);
 
         // Never closed: resolved at the blank line, the inner pair is a span.
         assert_eq!(json(9, r"`` [1] ` [2] ` [3]\n\n"), [(1, 3, 6), (3, 15, 18)]);
+    }
+
+    #[test]
+    fn nested_openers_close_and_discard() {
+        let mut t = MarkerTracker::new(9, OffsetUnit::Chars);
+        // ` is never closed; `` pairs; ``` stays open.
+        t.push_text(b"a ` `` ``` [1] `` [2] ``` [3]");
+        assert_eq!(t.scan.open, 1);
+        assert_eq!(
+            t.scan.deeper,
+            [Opener {
+                len: 3,
+                first_marker: 1
+            }]
+        );
+        assert_eq!(
+            t.scan.pending.iter().map(|m| m.number).collect::<Vec<_>>(),
+            [2, 3]
+        );
+        t.finish();
+        assert_eq!(
+            t.markers().iter().map(|m| m.number).collect::<Vec<_>>(),
+            [2, 3]
+        );
+    }
+
+    #[test]
+    fn openers_are_bounded_by_distinct_lengths() {
+        // Many runs, few lengths: the stack never holds two of one length.
+        let mut t = MarkerTracker::new(9, OffsetUnit::Chars);
+        t.push_text(b"x ````");
+        for _ in 0..1000 {
+            t.push_text(b" ` `` ``` [1]");
+        }
+        assert!(t.scan.deeper.len() <= 3, "{:?}", t.scan.deeper);
+        t.push_text(b"\n\n");
+        assert!(t.scan.deeper.is_empty());
     }
 
     #[test]
@@ -1117,9 +1175,10 @@ mod tests {
     }
 
     #[test]
-    fn heap_storage_is_only_markers_and_pending_tokens() {
-        // The tracker's only heap storage is its two vectors: content without
-        // markers leaves them unallocated, whatever the chunking.
+    fn heap_storage_is_only_markers_and_pending_state() {
+        // The tracker's only heap storage is its three vectors: content
+        // without markers and without nested undecided spans leaves them
+        // unallocated, whatever the chunking.
         let body = r"Text with [brackets], [^notes], `code`, \u00e9, \ud83d\ude00 and é.\n\n```\n[1]\n```\n"
             .repeat(100);
         for unit in [OffsetUnit::Chars, OffsetUnit::Utf16, OffsetUnit::Bytes] {
@@ -1131,6 +1190,7 @@ mod tests {
             assert!(t.markers().is_empty());
             assert_eq!(t.scan.markers.capacity(), 0);
             assert_eq!(t.scan.pending.capacity(), 0);
+            assert_eq!(t.scan.deeper.capacity(), 0);
         }
         // Pending tokens are dropped when the span closes; their buffer is
         // reused.
