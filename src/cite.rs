@@ -139,8 +139,10 @@
 //!
 //! # Note
 //!
-//! Memory is bounded by the number of markers found (they are the output)
-//! plus one 16-byte entry per nested undecided opener. Nested openers have
+//! Memory is bounded by the markers found (they are the output), the
+//! markers held back after an undecided opener (each stood for at least 3
+//! bytes of content of the current paragraph), and one 16-byte entry per
+//! nested undecided opener. Nested openers have
 //! distinct lengths, so a paragraph of n bytes has fewer than
 //! `sqrt(2n)` of them (a 1 MB paragraph crafted for it: under 1,500).
 
