@@ -228,7 +228,7 @@ impl fmt::Display for OffsetUnit {
 
 /// Error returned when parsing an [`OffsetUnit`] from a string other than
 /// `chars`, `utf16` or `bytes`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ParseOffsetUnitError {
     _private: (),
 }
@@ -726,7 +726,9 @@ pub struct MarkerTracker {
 }
 
 impl MarkerTracker {
-    /// Creates a tracker for which the markers `[1]..=[max_number]` count,
+    /// Creates a tracker for which the markers `[1]..=[max_number]` count
+    /// (`max_number` is the number of sources; 0 means no marker counts, and
+    /// numbers above 9999 never count since a marker has at most 4 digits),
     /// reporting offsets in `unit`.
     ///
     /// # Panics
@@ -749,6 +751,13 @@ impl MarkerTracker {
     #[must_use]
     pub fn unit(&self) -> OffsetUnit {
         self.unit
+    }
+
+    /// The largest marker number that counts, as given to
+    /// [`new`](Self::new).
+    #[must_use]
+    pub fn max_number(&self) -> u32 {
+        self.scan.max_number
     }
 
     /// Feeds a piece of a raw JSON string body: the bytes between the quotes,

@@ -256,6 +256,7 @@ fn len_and_is_empty() {
     assert_eq!(t.len(), 2);
     assert!(!t.is_empty());
     assert_eq!(t.unit(), OffsetUnit::Bytes);
+    assert_eq!(t.max_number(), 1);
     assert!(!t.is_finished());
     t.finish();
     assert!(t.is_finished());
