@@ -346,7 +346,16 @@ pub(crate) fn top_members(
     endpoint: Endpoint,
     body: &[u8],
 ) -> Result<(usize, Vec<Member>), RequestError> {
-    let v: Result<serde::de::IgnoredAny, _> = serde_json::from_slice(body);
+    // JSON text is UTF-8 (RFC 8259); serde_json does not check the bytes of
+    // strings it skips, so check the whole body first.
+    let text = std::str::from_utf8(body).map_err(|e| {
+        RequestError::new(
+            endpoint,
+            RequestErrorKind::NotJson,
+            format!("We could not parse the JSON body of your request: invalid UTF-8 at byte {}", e.valid_up_to()),
+        )
+    })?;
+    let v: Result<serde::de::IgnoredAny, _> = serde_json::from_str(text);
     if let Err(e) = v {
         return Err(RequestError::new(
             endpoint,
