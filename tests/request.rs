@@ -27,8 +27,16 @@ fn src(title: &str, url: &str, text: &str) -> Source {
 
 fn two_sources() -> Sources {
     Sources::new(vec![
-        src("Lisbon weather: weekend outlook", "https://weather.example/lisbon/weekend", "Sunny, 24 °C"),
-        src("Sunday forecast for Lisbon", "https://forecast.example/pt/lisbon/sunday", "Rain later"),
+        src(
+            "Lisbon weather: weekend outlook",
+            "https://weather.example/lisbon/weekend",
+            "Sunny, 24 °C",
+        ),
+        src(
+            "Sunday forecast for Lisbon",
+            "https://forecast.example/pt/lisbon/sunday",
+            "Rain later",
+        ),
     ])
 }
 
@@ -147,10 +155,17 @@ fn absent_or_false_means_no_search() {
     assert!(r.query().is_none());
     assert_eq!(body_str(r.body()), b);
 
-    let r = inspect(MSGS, r#"{"web_search": false ,"messages":[{"role":"user","content":"x"}]}"#).unwrap();
+    let r = inspect(
+        MSGS,
+        r#"{"web_search": false ,"messages":[{"role":"user","content":"x"}]}"#,
+    )
+    .unwrap();
     assert!(!r.web_search());
     assert!(r.query().is_none());
-    assert_eq!(body_str(r.body()), r#"{"messages":[{"role":"user","content":"x"}]}"#);
+    assert_eq!(
+        body_str(r.body()),
+        r#"{"messages":[{"role":"user","content":"x"}]}"#
+    );
 }
 
 #[test]
@@ -187,7 +202,12 @@ fn non_boolean_web_search_is_a_400_in_the_endpoint_shape() {
         let body: Value = serde_json::from_slice(&e.body()).unwrap();
         assert_eq!(body["type"], "error");
         assert_eq!(body["error"]["type"], "invalid_request_error");
-        assert!(body["error"]["message"].as_str().unwrap().contains("web_search"));
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("web_search")
+        );
         assert_eq!(body["error"].as_object().unwrap().len(), 2);
     }
 }
@@ -257,7 +277,12 @@ fn search_tools_start_no_search_and_are_forwarded_untouched() {
     let chat_fn = r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"web_search","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}]}"#;
     let anthropic = r#"{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search_20250305","name":"web_search","max_uses":5}]}"#;
     let responses = r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search"}]}"#;
-    for (ep, b) in [(CHAT, chat_fn), (MSGS, anthropic), (CHAT, responses), (MSGS, responses)] {
+    for (ep, b) in [
+        (CHAT, chat_fn),
+        (MSGS, anthropic),
+        (CHAT, responses),
+        (MSGS, responses),
+    ] {
         let r = inspect(ep, b).unwrap();
         assert!(!r.web_search(), "{b}");
         assert_eq!(body_str(r.body()), b);
@@ -288,8 +313,19 @@ fn query_is_last_user_message_with_context() {
     let r = inspect(CHAT, b).unwrap();
     let q = r.query().unwrap();
     assert_eq!(q.text, "And on\nSunday?");
-    let ctx: Vec<(&str, &str)> = q.context.iter().map(|t| (t.role.as_str(), t.text.as_str())).collect();
-    assert_eq!(ctx, [("system", "Be brief."), ("user", "Weather in Lisbon?"), ("assistant", "Sunny.")]);
+    let ctx: Vec<(&str, &str)> = q
+        .context
+        .iter()
+        .map(|t| (t.role.as_str(), t.text.as_str()))
+        .collect();
+    assert_eq!(
+        ctx,
+        [
+            ("system", "Be brief."),
+            ("user", "Weather in Lisbon?"),
+            ("assistant", "Sunny.")
+        ]
+    );
 }
 
 #[test]
@@ -335,7 +371,11 @@ fn response_settings() {
     assert!(r.stream());
     assert_eq!(r.n(), 3);
     assert!(r.include_usage());
-    let r = inspect(CHAT, r#"{"stream":"yes","n":0,"stream_options":{"include_usage":false}}"#).unwrap();
+    let r = inspect(
+        CHAT,
+        r#"{"stream":"yes","n":0,"stream_options":{"include_usage":false}}"#,
+    )
+    .unwrap();
     assert!(!r.stream());
     assert_eq!(r.n(), 1);
     assert!(!r.include_usage());
@@ -343,7 +383,11 @@ fn response_settings() {
     assert_eq!(r.n(), u32::MAX);
     let r = inspect(CHAT, r#"{"n":2.5}"#).unwrap();
     assert_eq!(r.n(), 1);
-    let r = inspect(MSGS, r#"{"stream":true,"n":4,"stream_options":{"include_usage":true}}"#).unwrap();
+    let r = inspect(
+        MSGS,
+        r#"{"stream":true,"n":4,"stream_options":{"include_usage":true}}"#,
+    )
+    .unwrap();
     assert!(r.stream());
     assert_eq!(r.n(), 1);
     assert!(!r.include_usage());
@@ -355,8 +399,16 @@ fn response_settings() {
 fn inject_user_string_content_keeps_other_bytes() {
     let b = r#"{"model":"m", "messages":[{"role":"system","content":"s"},{"role":"user" , "content" : "hi",  "name":"u"}], "x":1.50}"#;
     let s = Sources::new(vec![src("T", "U", "X")]);
-    let t = Template { header: "H".into(), source: "[{n}] {title}".into(), separator: "|".into(), footer: "F".into() };
-    let opts = InjectOptions { placement: Placement::UserMessage, template: t };
+    let t = Template {
+        header: "H".into(),
+        source: "[{n}] {title}".into(),
+        separator: "|".into(),
+        footer: "F".into(),
+    };
+    let opts = InjectOptions {
+        placement: Placement::UserMessage,
+        template: t,
+    };
     let out = inject(CHAT, b.as_bytes(), &s, &opts).unwrap();
     assert_eq!(
         body_str(&out),
@@ -367,8 +419,16 @@ fn inject_user_string_content_keeps_other_bytes() {
 #[test]
 fn inject_user_parts_and_blocks() {
     let s = Sources::new(vec![src("T", "U", "X")]);
-    let t = Template { header: String::new(), source: "{n}".into(), separator: String::new(), footer: String::new() };
-    let opts = InjectOptions { placement: Placement::UserMessage, template: t };
+    let t = Template {
+        header: String::new(),
+        source: "{n}".into(),
+        separator: String::new(),
+        footer: String::new(),
+    };
+    let opts = InjectOptions {
+        placement: Placement::UserMessage,
+        template: t,
+    };
     let cases = [
         (
             r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}}]}]}"#,
@@ -399,7 +459,13 @@ fn inject_user_parts_and_blocks() {
         }
     }
     // Original string literal bytes (escapes) are kept as they were.
-    let out = inject(CHAT, br#"{"messages":[{"role":"user","content":"\u00e9\n"}]}"#, &s, &opts).unwrap();
+    let out = inject(
+        CHAT,
+        br#"{"messages":[{"role":"user","content":"\u00e9\n"}]}"#,
+        &s,
+        &opts,
+    )
+    .unwrap();
     assert_eq!(
         body_str(&out),
         r#"{"messages":[{"role":"user","content":[{"type":"text","text":"1"},{"type":"text","text":"\u00e9\n"}]}]}"#
@@ -409,56 +475,120 @@ fn inject_user_parts_and_blocks() {
 #[test]
 fn inject_system_placement() {
     let s = Sources::new(vec![src("T", "U", "X")]);
-    let t = Template { header: String::new(), source: "{n}".into(), separator: String::new(), footer: String::new() };
-    let opts = InjectOptions { placement: Placement::System, template: t };
+    let t = Template {
+        header: String::new(),
+        source: "{n}".into(),
+        separator: String::new(),
+        footer: String::new(),
+    };
+    let opts = InjectOptions {
+        placement: Placement::System,
+        template: t,
+    };
     let chat = [
         (
             r#"{"messages":[{"role":"user","content":"q"}]}"#,
             r#"{"messages":[{"role":"system","content":"1"},{"role":"user","content":"q"}]}"#,
         ),
-        (r#"{"messages":[ ]}"#, r#"{"messages":[{"role":"system","content":"1"} ]}"#),
+        (
+            r#"{"messages":[ ]}"#,
+            r#"{"messages":[{"role":"system","content":"1"} ]}"#,
+        ),
     ];
     for (inp, want) in chat {
-        assert_eq!(body_str(&inject(CHAT, inp.as_bytes(), &s, &opts).unwrap()), want);
+        assert_eq!(
+            body_str(&inject(CHAT, inp.as_bytes(), &s, &opts).unwrap()),
+            want
+        );
     }
     let m = r#""messages":[{"role":"user","content":"q"}]"#;
     let msgs = [
         (format!("{{{m}}}"), format!(r#"{{{m},"system":"1"}}"#)),
-        (format!(r#"{{"system":"S",{m}}}"#), format!(r#"{{"system":[{{"type":"text","text":"S"}},{{"type":"text","text":"1"}}],{m}}}"#)),
         (
-            format!(r#"{{"system":[{{"type":"text","text":"S","cache_control":{{"type":"ephemeral"}}}}],{m}}}"#),
-            format!(r#"{{"system":[{{"type":"text","text":"S","cache_control":{{"type":"ephemeral"}}}},{{"type":"text","text":"1"}}],{m}}}"#),
+            format!(r#"{{"system":"S",{m}}}"#),
+            format!(
+                r#"{{"system":[{{"type":"text","text":"S"}},{{"type":"text","text":"1"}}],{m}}}"#
+            ),
         ),
-        (format!(r#"{{"system":[ ],{m}}}"#), format!(r#"{{"system":[ {{"type":"text","text":"1"}}],{m}}}"#)),
-        (format!(r#"{{"system":null,{m}}}"#), format!(r#"{{"system":"1",{m}}}"#)),
+        (
+            format!(
+                r#"{{"system":[{{"type":"text","text":"S","cache_control":{{"type":"ephemeral"}}}}],{m}}}"#
+            ),
+            format!(
+                r#"{{"system":[{{"type":"text","text":"S","cache_control":{{"type":"ephemeral"}}}},{{"type":"text","text":"1"}}],{m}}}"#
+            ),
+        ),
+        (
+            format!(r#"{{"system":[ ],{m}}}"#),
+            format!(r#"{{"system":[ {{"type":"text","text":"1"}}],{m}}}"#),
+        ),
+        (
+            format!(r#"{{"system":null,{m}}}"#),
+            format!(r#"{{"system":"1",{m}}}"#),
+        ),
         (format!("{{{m} }}"), format!(r#"{{{m} ,"system":"1"}}"#)),
     ];
     for (inp, want) in msgs {
-        assert_eq!(body_str(&inject(MSGS, inp.as_bytes(), &s, &opts).unwrap()), want);
+        assert_eq!(
+            body_str(&inject(MSGS, inp.as_bytes(), &s, &opts).unwrap()),
+            want
+        );
     }
     // Without messages there is nowhere to put a chat system message.
-    assert_eq!(inject(CHAT, b"{}", &s, &opts).unwrap_err(), InjectError::NoMessages);
+    assert_eq!(
+        inject(CHAT, b"{}", &s, &opts).unwrap_err(),
+        InjectError::NoMessages
+    );
     // Messages endpoint: `system` is always possible.
-    assert_eq!(body_str(&inject(MSGS, b"{}", &s, &opts).unwrap()), r#"{"system":"1"}"#);
+    assert_eq!(
+        body_str(&inject(MSGS, b"{}", &s, &opts).unwrap()),
+        r#"{"system":"1"}"#
+    );
 }
 
 #[test]
 fn inject_falls_back_to_system_without_user_message() {
     let s = Sources::new(vec![src("T", "U", "X")]);
-    let t = Template { header: String::new(), source: "{n}".into(), separator: String::new(), footer: String::new() };
-    let opts = InjectOptions { placement: Placement::UserMessage, template: t };
-    let out = inject(CHAT, br#"{"messages":[{"role":"assistant","content":"a"}]}"#, &s, &opts).unwrap();
-    assert_eq!(body_str(&out), r#"{"messages":[{"role":"system","content":"1"},{"role":"assistant","content":"a"}]}"#);
+    let t = Template {
+        header: String::new(),
+        source: "{n}".into(),
+        separator: String::new(),
+        footer: String::new(),
+    };
+    let opts = InjectOptions {
+        placement: Placement::UserMessage,
+        template: t,
+    };
+    let out = inject(
+        CHAT,
+        br#"{"messages":[{"role":"assistant","content":"a"}]}"#,
+        &s,
+        &opts,
+    )
+    .unwrap();
+    assert_eq!(
+        body_str(&out),
+        r#"{"messages":[{"role":"system","content":"1"},{"role":"assistant","content":"a"}]}"#
+    );
 }
 
 #[test]
 fn inject_errors_and_no_sources() {
     let s = Sources::new(vec![src("T", "U", "X")]);
     let o = InjectOptions::default();
-    assert!(matches!(inject(CHAT, b"[1]", &s, &o), Err(InjectError::Invalid(_))));
-    assert!(matches!(inject(MSGS, b"nope", &s, &o), Err(InjectError::Invalid(_))));
+    assert!(matches!(
+        inject(CHAT, b"[1]", &s, &o),
+        Err(InjectError::Invalid(_))
+    ));
+    assert!(matches!(
+        inject(MSGS, b"nope", &s, &o),
+        Err(InjectError::Invalid(_))
+    ));
     let b = br#"{"messages":[{"role":"user","content":"q"}]}"#;
-    assert_eq!(inject(CHAT, b, &Sources::new(vec![]), &o).unwrap(), b.to_vec());
+    assert_eq!(
+        inject(CHAT, b, &Sources::new(vec![]), &o).unwrap(),
+        b.to_vec()
+    );
 }
 
 #[test]
@@ -481,7 +611,10 @@ fn template_placeholders_single_pass() {
         separator: "/".into(),
         footer: "<".into(),
     };
-    assert_eq!(render_sources(&t, &s), "{n}>1:{url} {n}:u::h:a:1999:34:{other}:{/2::::::::{other}:{<");
+    assert_eq!(
+        render_sources(&t, &s),
+        "{n}>1:{url} {n}:u::h:a:1999:34:{other}:{/2::::::::{other}:{<"
+    );
 }
 
 #[test]
@@ -508,19 +641,25 @@ fn json_value() -> impl Strategy<Value = String> {
     ];
     leaf.prop_recursive(3, 24, 4, |inner| {
         prop_oneof![
-            (prop::collection::vec(inner.clone(), 0..4), ws()).prop_map(|(v, w)| format!("[{w}{}{w}]", v.join(&format!("{w},{w}")))),
-            (prop::collection::vec((key(), inner), 0..4), ws())
-                .prop_map(|(v, w)| {
-                    let m: Vec<String> = v.into_iter().map(|(k, v)| format!("{k}{w}:{w}{v}")).collect();
-                    format!("{{{w}{}{w}}}", m.join(&format!("{w},{w}")))
-                }),
+            (prop::collection::vec(inner.clone(), 0..4), ws())
+                .prop_map(|(v, w)| format!("[{w}{}{w}]", v.join(&format!("{w},{w}")))),
+            (prop::collection::vec((key(), inner), 0..4), ws()).prop_map(|(v, w)| {
+                let m: Vec<String> = v
+                    .into_iter()
+                    .map(|(k, v)| format!("{k}{w}:{w}{v}"))
+                    .collect();
+                format!("{{{w}{}{w}}}", m.join(&format!("{w},{w}")))
+            }),
         ]
     })
 }
 
 fn ws() -> impl Strategy<Value = String> {
-    prop::collection::vec(prop_oneof![Just(' '), Just('\n'), Just('\t'), Just('\r')], 0..3)
-        .prop_map(|v| v.into_iter().collect())
+    prop::collection::vec(
+        prop_oneof![Just(' '), Just('\n'), Just('\t'), Just('\r')],
+        0..3,
+    )
+    .prop_map(|v| v.into_iter().collect())
 }
 
 fn key() -> impl Strategy<Value = String> {

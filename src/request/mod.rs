@@ -352,7 +352,10 @@ pub(crate) fn top_members(
         RequestError::new(
             endpoint,
             RequestErrorKind::NotJson,
-            format!("We could not parse the JSON body of your request: invalid UTF-8 at byte {}", e.valid_up_to()),
+            format!(
+                "We could not parse the JSON body of your request: invalid UTF-8 at byte {}",
+                e.valid_up_to()
+            ),
         )
     })?;
     let v: Result<serde::de::IgnoredAny, _> = serde_json::from_str(text);
