@@ -21,7 +21,7 @@
 //!
 //! # Example
 //! ```
-//! # async fn demo() {
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! use citestream::quota::{reserve, MemoryStore};
 //!
 //! let store = MemoryStore::new();
@@ -33,7 +33,7 @@
 //!     Ok(None) => { /* used up: answer without search */ }
 //!     Err(_e) => { /* store unreachable: answer without search, log `_e` */ }
 //! }
-//! # }
+//! # });
 //! ```
 
 use std::fmt;

@@ -19,7 +19,7 @@
 //!
 //! # Example
 //! ```
-//! # async fn demo() {
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! use citestream::quota::MemoryStore;
 //! use citestream::request::flow::Flow;
 //! use citestream::request::{Endpoint, InjectOptions};
@@ -33,12 +33,12 @@
 //! };
 //! let prepared = flow
 //!     .run(&InjectOptions::default(), |query| async move {
-//!         // search the web for query.text here
+//!         assert_eq!(query.text, "q?"); // search the web for this
 //!         Ok::<_, std::io::Error>(vec![Source { title: Some("T".into()), url: Some("https://t/".into()), ..Default::default() }])
 //!     })
 //!     .await;
 //! assert!(prepared.plan.is_some());
-//! # }
+//! # });
 //! ```
 
 use std::future::Future;

@@ -391,7 +391,7 @@ fn removal_ranges(ms: &[Member], removed: &[usize]) -> Vec<Range<usize>> {
     if removed.len() == ms.len() {
         // Every member goes: cut from the first key to the last value.
         return match (ms.first(), ms.last()) {
-            (Some(f), Some(l)) => vec![f.key.start..l.value.end],
+            (Some(f), Some(l)) => std::iter::once(f.key.start..l.value.end).collect(),
             _ => Vec::new(),
         };
     }
@@ -456,12 +456,11 @@ fn content_text(b: &[u8], v: Range<usize>) -> Option<String> {
     }
 }
 
-/// The messages of the top-level `messages` array: for each, its byte range
-/// and members.
-pub(crate) fn messages(
-    b: &[u8],
-    ms: &[Member],
-) -> Option<(Range<usize>, Vec<(Range<usize>, Vec<Member>)>)> {
+/// One element of `messages` that is an object: its byte range and members.
+pub(crate) type Message = (Range<usize>, Vec<Member>);
+
+/// The top-level `messages` array: its byte range and its object elements.
+pub(crate) fn messages(b: &[u8], ms: &[Member]) -> Option<(Range<usize>, Vec<Message>)> {
     let m = scan::find(b, ms, "messages")?;
     let els = scan::elements(b, m.value.start)?;
     let msgs = els
@@ -476,7 +475,7 @@ pub(crate) fn role_of(b: &[u8], mm: &[Member]) -> Option<String> {
 }
 
 /// Index (into the message list) of the last message with role `user`.
-pub(crate) fn last_user(b: &[u8], msgs: &[(Range<usize>, Vec<Member>)]) -> Option<usize> {
+pub(crate) fn last_user(b: &[u8], msgs: &[Message]) -> Option<usize> {
     msgs.iter()
         .rposition(|(_, mm)| role_of(b, mm).as_deref() == Some("user"))
 }
