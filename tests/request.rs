@@ -816,3 +816,69 @@ proptest! {
         prop_assert_eq!(v, orig);
     }
 }
+
+/// Reference query extraction on a `serde_json::Value`.
+fn reference_text(content: &Value) -> Option<String> {
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let t: Vec<&str> = parts
+                .iter()
+                .filter(|p| p["type"] == "text")
+                .filter_map(|p| p["text"].as_str())
+                .collect();
+            if t.is_empty() {
+                None
+            } else {
+                Some(t.join("\n"))
+            }
+        }
+        _ => None,
+    }
+}
+
+fn message() -> impl Strategy<Value = Value> {
+    let role = prop_oneof![
+        Just("user"),
+        Just("assistant"),
+        Just("system"),
+        Just("tool")
+    ];
+    let part = prop_oneof![
+        any::<String>().prop_map(|t| json!({"type": "text", "text": t})),
+        Just(json!({"type": "image_url", "image_url": {"url": "u"}})),
+        Just(json!({"type": "text"})),
+    ];
+    let content = prop_oneof![
+        any::<String>().prop_map(Value::String),
+        prop::collection::vec(part, 0..3).prop_map(Value::Array),
+        Just(Value::Null),
+    ];
+    (role, content).prop_map(|(r, c)| json!({"role": r, "content": c}))
+}
+
+proptest! {
+    /// The scanner-based query extraction agrees with a serde_json reference
+    /// on any message list (strings with any characters, escapes and all).
+    #[test]
+    fn query_matches_reference(msgs in prop::collection::vec(message(), 0..6), pretty in any::<bool>()) {
+        let body = json!({"web_search": true, "messages": msgs});
+        let text = if pretty { serde_json::to_string_pretty(&body).unwrap() } else { body.to_string() };
+        let r = inspect(CHAT, text).unwrap();
+        let last = msgs.iter().rposition(|m| m["role"] == "user");
+        let want = last.and_then(|i| reference_text(&msgs[i]["content"]).filter(|t| !t.trim().is_empty()).map(|t| (i, t)));
+        match (r.query(), want) {
+            (None, None) => {}
+            (Some(q), Some((i, t))) => {
+                prop_assert_eq!(&q.text, &t);
+                let ctx: Vec<(String, String)> = msgs[..i]
+                    .iter()
+                    .filter_map(|m| reference_text(&m["content"]).filter(|t| !t.is_empty()).map(|t| (m["role"].as_str().unwrap().to_owned(), t)))
+                    .collect();
+                let got: Vec<(String, String)> = q.context.iter().map(|t| (t.role.clone(), t.text.clone())).collect();
+                prop_assert_eq!(got, ctx);
+            }
+            (got, want) => prop_assert!(false, "got {:?}, want {:?}", got, want),
+        }
+    }
+}

@@ -147,6 +147,20 @@ impl RedisConfig {
 /// ([`RedisConfig::lease`]); release explicitly to free it at once.
 ///
 /// Needs a tokio runtime.
+///
+/// # Example
+/// ```no_run
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use citestream::quota::{reserve, RedisStore};
+///
+/// let store = RedisStore::open("redis://127.0.0.1:6379/").expect("valid URL");
+/// match reserve(&store, "acct-1", 100).await {
+///     Ok(Some(r)) => { /* search, then */ r.commit().await.ok(); }
+///     Ok(None) => { /* used up: answer without search */ }
+///     Err(e) => eprintln!("quota store: {e}"), // answer without search
+/// }
+/// # });
+/// ```
 #[derive(Clone)]
 pub struct RedisStore {
     client: Client,

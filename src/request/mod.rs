@@ -263,7 +263,7 @@ impl Inspection {
 /// Never panics, whatever the input.
 pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection, RequestError> {
     let body: Bytes = body.into();
-    let (start, ms) = top_members(endpoint, &body)?;
+    let (_, ms) = top_members(endpoint, &body)?;
     let b = &body[..];
 
     let ws: Vec<usize> = (0..ms.len())
@@ -302,8 +302,8 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
     };
     let include_usage = endpoint == Endpoint::ChatCompletions
         && scan::find(b, &ms, "stream_options")
-            .and_then(|m| scan::members(b, m.value.start).map(|so| (m, so)))
-            .is_some_and(|(_, so)| {
+            .and_then(|m| scan::members(b, m.value.start))
+            .is_some_and(|so| {
                 scan::find(b, &so, "include_usage")
                     .is_some_and(|iu| &b[iu.value.clone()] == b"true")
             });
@@ -327,8 +327,6 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
         v.extend_from_slice(&b[at..]);
         Bytes::from(v)
     };
-    let _ = start;
-
     Ok(Inspection {
         endpoint,
         web_search,
