@@ -69,20 +69,11 @@ pub struct Dialect {
 
 impl Dialect {
     /// Only the `sources` dialect (the default).
-    pub const SOURCES: Dialect = Dialect {
-        sources: true,
-        citations: false,
-    };
+    pub const SOURCES: Dialect = Dialect { sources: true, citations: false };
     /// Only the `citations` dialect.
-    pub const CITATIONS: Dialect = Dialect {
-        sources: false,
-        citations: true,
-    };
+    pub const CITATIONS: Dialect = Dialect { sources: false, citations: true };
     /// Both dialects.
-    pub const BOTH: Dialect = Dialect {
-        sources: true,
-        citations: true,
-    };
+    pub const BOTH: Dialect = Dialect { sources: true, citations: true };
 }
 
 impl Default for Dialect {
@@ -143,11 +134,7 @@ impl Sources {
             url_citation_members.push(m);
         }
         sources_json.push(']');
-        Sources {
-            list,
-            sources_json,
-            url_citation_members,
-        }
+        Sources { list, sources_json, url_citation_members }
     }
 
     /// Parses a JSON array of source objects (SPEC section 2).
@@ -159,19 +146,16 @@ impl Sources {
     pub fn from_json(json: &[u8]) -> Result<Self, SourcesError> {
         let v: serde_json::Value =
             serde_json::from_slice(json).map_err(|e| SourcesError { msg: e.to_string() })?;
-        let arr = v.as_array().ok_or_else(|| SourcesError {
-            msg: "expected a JSON array of objects".into(),
-        })?;
+        let arr = v
+            .as_array()
+            .ok_or_else(|| SourcesError { msg: "expected a JSON array of objects".into() })?;
         let mut list = Vec::with_capacity(arr.len());
         for (i, el) in arr.iter().enumerate() {
             if !el.is_object() {
-                return Err(SourcesError {
-                    msg: format!("element {i} is not an object"),
-                });
+                return Err(SourcesError { msg: format!("element {i} is not an object") });
             }
-            let s: Source = serde_json::from_value(el.clone()).map_err(|e| SourcesError {
-                msg: format!("element {i}: {e}"),
-            })?;
+            let s: Source = serde_json::from_value(el.clone())
+                .map_err(|e| SourcesError { msg: format!("element {i}: {e}") })?;
             list.push(s);
         }
         Ok(Sources::new(list))
