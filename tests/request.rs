@@ -882,3 +882,34 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    let deep = format!(
+        "{{\"web_search\":true,\"x\":{}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let e = inspect(CHAT, deep.clone()).unwrap_err();
+    assert_eq!(e.kind(), RequestErrorKind::NotJson);
+    assert!(
+        inject(
+            MSGS,
+            deep.as_bytes(),
+            &two_sources(),
+            &InjectOptions::default()
+        )
+        .is_err()
+    );
+    // Moderate nesting (below serde_json's limit of 128) is fine.
+    let ok = format!(
+        "{{\"web_search\":true,\"x\":{}{}}}",
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    let r = inspect(CHAT, ok).unwrap();
+    assert_eq!(
+        body_str(r.body()),
+        format!("{{\"x\":{}{}}}", "[".repeat(100), "]".repeat(100))
+    );
+}
