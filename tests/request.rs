@@ -884,32 +884,22 @@ proptest! {
 }
 
 #[test]
-fn deep_nesting_is_an_error_not_a_crash() {
+fn deep_nesting_never_overflows_the_stack() {
+    // Neither validation (serde_json skips ignored values without recursing
+    // without bound) nor the splicing scanner (iterative) recurses per level.
+    let n = 100_000;
+    let nested = format!("{}{}", "[".repeat(n), "]".repeat(n));
     let deep = format!(
-        "{{\"web_search\":true,\"x\":{}{}}}",
-        "[".repeat(100_000),
-        "]".repeat(100_000)
+        "{{\"web_search\":true,\"x\":{nested},\"messages\":[{{\"role\":\"user\",\"content\":\"q\"}}]}}"
     );
-    let e = inspect(CHAT, deep.clone()).unwrap_err();
-    assert_eq!(e.kind(), RequestErrorKind::NotJson);
-    assert!(
-        inject(
-            MSGS,
-            deep.as_bytes(),
-            &two_sources(),
-            &InjectOptions::default()
-        )
-        .is_err()
-    );
-    // Moderate nesting (below serde_json's limit of 128) is fine.
-    let ok = format!(
-        "{{\"web_search\":true,\"x\":{}{}}}",
-        "[".repeat(100),
-        "]".repeat(100)
-    );
-    let r = inspect(CHAT, ok).unwrap();
-    assert_eq!(
-        body_str(r.body()),
-        format!("{{\"x\":{}{}}}", "[".repeat(100), "]".repeat(100))
-    );
+    let r = inspect(CHAT, deep.clone()).unwrap();
+    assert!(r.web_search());
+    assert_eq!(r.query().unwrap().text, "q");
+    assert!(r.body().starts_with(b"{\"x\":[[[["));
+    assert_eq!(r.body().len(), deep.len() - "\"web_search\":true,".len());
+    let out = inject(MSGS, r.body(), &two_sources(), &InjectOptions::default()).unwrap();
+    assert!(out.len() > r.body().len());
+    // Unbalanced deep input is an error, not a crash.
+    let bad = format!("{{\"x\":{}}}", "[".repeat(n));
+    assert!(inspect(CHAT, bad).is_err());
 }
