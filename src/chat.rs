@@ -447,7 +447,11 @@ fn fast_scan(d: &[u8], out: &mut Vec<FastChoice>) -> Result<bool, Invalid> {
 fn fast_choice(c: &mut Cur<'_>, out: &mut Vec<FastChoice>) -> Result<bool, Invalid> {
     let d = c.b;
     c.i += 1;
-    let mut fc = FastChoice { index: Some(0), content: None, finish: false };
+    let mut fc = FastChoice {
+        index: Some(0),
+        content: None,
+        finish: false,
+    };
     if !c.empty(b'}') {
         loop {
             let Some(k) = c.key()? else { return Ok(false) };

@@ -274,3 +274,35 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
         }
     }
 }
+
+impl ResponsePlan {
+    /// The streaming rewriter for this response: `opts` with `n` taken from
+    /// the request.
+    #[must_use]
+    pub fn stream_rewriter(&self, opts: &crate::RewriteOptions) -> crate::Rewriter {
+        let mut opts = opts.clone();
+        opts.n(self.n);
+        match self.endpoint {
+            Endpoint::ChatCompletions => {
+                crate::Rewriter::Chat(crate::ChatStream::new(self.sources.clone(), opts))
+            }
+            Endpoint::Messages => {
+                crate::Rewriter::Messages(crate::MessagesStream::new(self.sources.clone(), opts))
+            }
+        }
+    }
+
+    /// Rewrites a whole (non-streamed) response body for this endpoint;
+    /// borrowed when unchanged (error bodies, invalid JSON).
+    #[must_use]
+    pub fn rewrite_body<'a>(
+        &self,
+        body: &'a [u8],
+        opts: &crate::RewriteOptions,
+    ) -> std::borrow::Cow<'a, [u8]> {
+        match self.endpoint {
+            Endpoint::ChatCompletions => crate::chat::rewrite_body(body, &self.sources, opts),
+            Endpoint::Messages => crate::messages::rewrite_body(body, &self.sources, opts),
+        }
+    }
+}
