@@ -504,6 +504,11 @@ impl Parser {
                 }
                 continue;
             }
+            if self.pos == self.start && self.partial.is_empty() {
+                if let Some(f) = self.single_data_line(chunk) {
+                    return Some(f);
+                }
+            }
             // Find the end of the current line.
             let Some(i) = memchr::memchr2(b'\n', b'\r', &chunk[self.pos..]) else {
                 self.pos = len;
@@ -534,6 +539,50 @@ impl Parser {
             self.process_line(chunk, line);
         }
         None
+    }
+
+    /// Fast path for the common block `data: <value>` + line end + blank
+    /// line lying whole in the piece: the same event the general loop
+    /// would dispatch, without its per-line bookkeeping. Returns `None`
+    /// (consuming nothing) for anything else.
+    #[inline]
+    fn single_data_line(&mut self, chunk: &Bytes) -> Option<Frame> {
+        let start = self.pos;
+        let rest = &chunk[start..];
+        if !rest.starts_with(b"data:") {
+            return None;
+        }
+        let v = start + 5 + usize::from(rest.get(5) == Some(&b' '));
+        let t = v + memchr::memchr2(b'\n', b'\r', chunk.get(v..)?)?;
+        // The line end, then a blank line; a CR as the piece's last byte
+        // may still pair with an LF: leave that to the general loop.
+        let after = |i: usize| -> Option<usize> {
+            match chunk.get(i)? {
+                b'\n' => Some(i + 1),
+                _ => match chunk.get(i + 1)? {
+                    b'\n' => Some(i + 2),
+                    _ => Some(i + 1),
+                },
+            }
+        };
+        let blank = after(t)?;
+        if !matches!(chunk.get(blank), Some(b'\n' | b'\r')) {
+            return None;
+        }
+        let end = after(blank)?;
+        if blank - start > self.max {
+            return None;
+        }
+        self.pos = end;
+        self.start = end;
+        Some(Frame::Event(Event {
+            raw: chunk.slice(start..end),
+            data: DataRepr::Slice(v - start..t - start),
+            event: None,
+            id: None,
+            retry: None,
+            last_event_id: self.last_event_id.clone(),
+        }))
     }
 
     /// Length of the line end at `chunk[t]` (a CR or LF); notes a CR at the
