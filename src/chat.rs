@@ -811,7 +811,14 @@ impl ChatStream {
                     }
                     finishing |= fc.finish;
                 }
-                if let [FastChoice { index: Some(i), content: Some(r), finish: false }] = &fast[..] {
+                if let [
+                    FastChoice {
+                        index: Some(i),
+                        content: Some(r),
+                        finish: false,
+                    },
+                ] = &fast[..]
+                {
                     self.template.learn(d, *i, r, &holes);
                 }
                 if finishing {
