@@ -102,10 +102,7 @@ fn chat_pass_through_without_markers_allocates_nothing() {
     let mk = |n: usize| -> Vec<Bytes> {
         (0..n)
             .map(|i| Bytes::from(chunk_with(i, &words)))
-            .map(|b| {
-                drop(b.clone());
-                b
-            })
+            .inspect(|b| drop(b.clone()))
             .collect()
     };
     let mut rw = ChatStream::new(sources(), RewriteOptions::new());
