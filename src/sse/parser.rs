@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
 /// Default for [`Config::max_event_size`]: 1 MiB.
 pub const DEFAULT_MAX_EVENT_SIZE: usize = 1 << 20;
@@ -388,9 +388,30 @@ impl Parser {
     /// Queues an input piece. Cheap: nothing is parsed until
     /// [`next_frame`](Parser::next_frame). Empty pieces are ignored.
     pub fn feed(&mut self, chunk: Bytes) {
-        if !chunk.is_empty() {
-            self.queue.push_back(chunk);
+        if chunk.is_empty() {
+            return;
         }
+        // Tiny reads (a byte or a few at a time) in the middle of a line:
+        // gather them right away, exactly as `next_frame` would, without
+        // queueing and scanning machinery. Anything with a line end, or
+        // that could reach the size limit, takes the general path.
+        if chunk.len() <= 16
+            && self.cur.is_empty()
+            && self.queue.is_empty()
+            && !self.after_cr
+            && self.bom.is_none()
+            && !self.discard
+            && self.partial.len() + chunk.len() <= self.max
+            && !chunk.iter().any(|&b| b == b'\n' || b == b'\r')
+        {
+            if let [b] = chunk[..] {
+                self.partial.put_u8(b);
+            } else {
+                self.partial.extend_from_slice(&chunk);
+            }
+            return;
+        }
+        self.queue.push_back(chunk);
     }
 
     /// Ends the input. Returns the bytes of an unterminated last block (and
@@ -436,6 +457,9 @@ impl Parser {
     /// Never panics.
     #[must_use]
     pub fn next_frame(&mut self) -> Option<Frame> {
+        if self.cur.is_empty() && self.queue.is_empty() {
+            return None;
+        }
         loop {
             if self.pos >= self.cur.len() {
                 let chunk = std::mem::take(&mut self.cur);
