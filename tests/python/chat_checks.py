@@ -94,9 +94,9 @@ def sdk_create_stream(server: ReplayServer, payload: bytes, n: int = 1) -> Strea
     server.serve(payload)
     out = StreamOutcome()
     try:
-        stream = client_for(server).chat.completions.create(stream=True, **_request_kwargs(n))
-        for chunk in stream:
-            out.chunks.append(chunk)
+        with client_for(server) as client:
+            for chunk in client.chat.completions.create(stream=True, **_request_kwargs(n)):
+                out.chunks.append(chunk)
     except openai.OpenAIError as e:
         out.exc = e
     path, body = server.last_request()
@@ -109,13 +109,13 @@ def sdk_helper_stream(server: ReplayServer, payload: bytes, n: int = 1) -> Helpe
     """The `client.chat.completions.stream(...)` helper to its final completion."""
     server.serve(payload)
     out = HelperOutcome()
-    client = client_for(server)
-    stream_fn = getattr(client.chat.completions, "stream", None) or client.beta.chat.completions.stream
     try:
-        with stream_fn(**_request_kwargs(n)) as s:
-            for _event in s:
-                out.events += 1
-            out.final = s.get_final_completion()
+        with client_for(server) as client:
+            stream_fn = getattr(client.chat.completions, "stream", None) or client.beta.chat.completions.stream
+            with stream_fn(**_request_kwargs(n)) as s:
+                for _event in s:
+                    out.events += 1
+                out.final = s.get_final_completion()
     except (openai.OpenAIError, RuntimeError, TypeError, KeyError, ValueError) as e:
         out.exc = e
     return out

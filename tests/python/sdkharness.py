@@ -9,6 +9,7 @@ They can also be run by hand with those two variables set.
 
 from __future__ import annotations
 
+import atexit
 import http.server
 import json
 import os
@@ -39,6 +40,7 @@ THREE_SOURCES = [
 ]
 
 _TMP = tempfile.TemporaryDirectory(prefix="citestream-pysdk-")
+atexit.register(_TMP.cleanup)
 
 
 def sources_file(sources: list[dict]) -> Path:
