@@ -57,7 +57,7 @@ fn describe(out: &Output) -> String {
         lines[lines.len().saturating_sub(40)..].join("\n")
     };
     format!(
-        "exit status {}\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}",
+        "{}\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}",
         out.status,
         tail(&out.stdout),
         tail(&out.stderr)
