@@ -68,6 +68,15 @@ class AnthropicStreams(unittest.TestCase):
                       f"exception {type(rw.exc).__name__ if rw.exc else None}, "
                       f"final {'same' if hrw.final is not None else type(hrw.exc).__name__}", flush=True)
 
+    def test_every_anthropic_fixture_dialect_both_chunk_size_1(self) -> None:
+        for path in anthropic_fixtures():
+            with self.subTest(fixture=path.name):
+                upstream = path.read_bytes()
+                rewritten = rewrite(upstream, self.three, endpoint="messages", dialect="both", chunk_size=1)
+                self.assertEqual(rewritten, rewrite(upstream, self.three, endpoint="messages", dialect="both"),
+                                 f"{path.name}: --chunk-size 1 changes the output")
+                self.run_case(f"{path.name} --dialect both", upstream, rewritten, "both")
+
     def test_error_event_raises_same_exception(self) -> None:
         path = FIXTURES / "anthropic_event_error_overloaded.sse"
         upstream = path.read_bytes()
