@@ -100,6 +100,29 @@ class AnthropicStreams(unittest.TestCase):
                     self.assertEqual(delta.citations[0]["document_author"], "Ann Author")
                     self.assertEqual(delta.citations[2]["cited_text"], "")
 
+    def test_async_client(self) -> None:
+        """`anthropic.AsyncAnthropic` sees the same events and final message."""
+        import asyncio
+
+        upstream = (FIXTURES / "anthropic_web_search_citations_delta.sse").read_bytes()
+        rewritten = rewrite(upstream, self.three, endpoint="messages")
+
+        async def main(payload: bytes):
+            self.server.serve(payload)
+            async with anthropic.AsyncAnthropic(base_url=self.server.origin, api_key="x", max_retries=0) as client:
+                kw = {"model": ac.MODEL, "max_tokens": 1024, "messages": ac.MESSAGES}
+                events = [e async for e in await client.messages.create(stream=True, **kw)]
+                async with client.messages.stream(**kw) as s:
+                    final = await s.get_final_message()
+            return events, final
+
+        up_events, up_final = asyncio.run(main(upstream))
+        rw_events, rw_final = asyncio.run(main(rewritten))
+        ac.check_events("async", up_events, rw_events, load_sources(self.three), "sources")
+        self.assertEqual(rw_final.to_dict(), up_final.to_dict())
+        delta = next(e for e in rw_events if e.type == "message_delta")
+        self.assertEqual([s["url"] for s in delta.sources], [s["url"] for s in THREE_SOURCES])
+
     def test_checks_catch_broken_rewrites(self) -> None:
         upstream = (FIXTURES / "anthropic_basic_ping.sse").read_bytes()
         good = rewrite(upstream, self.three, endpoint="messages")
