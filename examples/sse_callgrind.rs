@@ -4,10 +4,11 @@
 //! `measured`.
 //!
 //! ```text
-//! sse_callgrind <parser> <input> <read>
+//! sse_callgrind <parser> <input> <read> [repeat]
 //!   parser: citestream | sse-stream | sse-stream-body | eventsource-stream
 //!   input:  openai_4000 | upstream_fixtures | long_line_<KiB>
 //!   read:   piece size in bytes, or `whole`
+//!   repeat: run the parse this many times (default 1; for `perf record`)
 //! ```
 //!
 //! Prints `<bytes> <pieces> <events>`.
@@ -33,14 +34,19 @@ fn measured(parser: &str, config: &Config, pieces: &[Bytes]) -> usize {
 
 fn usage(msg: &str) -> ! {
     eprintln!("sse_callgrind: {msg}");
-    eprintln!("usage: sse_callgrind <parser> <input> <read>");
+    eprintln!("usage: sse_callgrind <parser> <input> <read> [repeat]");
     std::process::exit(2)
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [parser, input, read] = &args[..] else {
-        usage("expected three arguments")
+    let (parser, input, read, repeat) = match &args[..] {
+        [p, i, r] => (p, i, r, 1),
+        [p, i, r, n] => match n.parse::<usize>() {
+            Ok(n) if n > 0 => (p, i, r, n),
+            _ => usage(&format!("bad repeat count {n:?}")),
+        },
+        _ => usage("expected three or four arguments"),
     };
     let mut config = Config::new();
     let input = match input.as_str() {
@@ -65,6 +71,9 @@ fn main() {
         },
     };
     let pieces = common::split(&input, size);
-    let events = measured(parser, &config, &pieces);
+    let mut events = 0;
+    for _ in 0..repeat {
+        events = measured(parser, &config, &pieces);
+    }
     println!("{} {} {events}", input.len(), pieces.len());
 }
