@@ -15,6 +15,10 @@
 //! timing; before timing each input, the setup asserts that the three
 //! parsers dispatch the same number of events.
 //!
+//! Under `cargo test --benches` (criterion's test mode: each benchmark runs
+//! once) the inputs are cut down: 100 generated events, the first 32 KiB of
+//! the fixtures, lines 128 times shorter.
+//!
 //! Criterion times are wall clock and noisy on a shared 2-core machine; for
 //! comparisons that must repeat, see `scripts/callgrind.sh`.
 
@@ -39,6 +43,24 @@ use common::sse as drive;
 const LONG_LINE: usize = 8 << 20;
 /// The same for `eventsource-stream` (quadratic on long lines).
 const LONG_LINE_EVENTSOURCE: [usize; 2] = [512 << 10, 1 << 20];
+
+/// Whether criterion runs in test mode (`cargo test --benches`: each
+/// benchmark once, usually unoptimized). Mirrors criterion's own rule: no
+/// `--bench` flag, or `--test`. The inputs are then cut down so the check
+/// takes seconds rather than minutes.
+fn test_mode() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    !args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--test")
+}
+
+/// `input` cut after its last blank line within the first `max` bytes.
+fn prefix(input: &[u8], max: usize) -> &[u8] {
+    if input.len() <= max {
+        return input;
+    }
+    let end = memchr::memmem::rfind(&input[..max], b"\n\n").map_or(0, |i| i + 2);
+    &input[..end]
+}
 
 /// For benchmarks whose single iteration takes tens of milliseconds or
 /// more: ten samples of a fixed iteration count.
@@ -104,31 +126,43 @@ fn bench_stream(c: &mut Criterion, name: &str, input: &[u8]) {
     group.finish();
 }
 
-fn bench_long_line(c: &mut Criterion) {
+/// `len` bytes as `8MiB` or `512KiB`, for benchmark ids.
+fn size_label(len: usize) -> String {
+    if len % (1 << 20) == 0 {
+        format!("{}MiB", len >> 20)
+    } else {
+        format!("{}KiB", len >> 10)
+    }
+}
+
+/// The linear-time check; line lengths divided by `shrink` (test mode).
+fn bench_long_line(c: &mut Criterion, shrink: usize) {
     let mut group = c.benchmark_group("sse/long_line");
     configure_slow(&mut group);
+    let len = LONG_LINE / shrink;
     let mut config = Config::new();
-    config.max_event_size(2 * LONG_LINE);
+    config.max_event_size(2 * len);
 
-    let input = common::long_line(LONG_LINE);
+    let input = common::long_line(len);
     group.throughput(Throughput::Bytes(input.len() as u64));
-    for (label, size) in [("8MiB/1460", Some(1460)), ("8MiB/whole", None)] {
+    for (read, size) in [("1460", Some(1460)), ("whole", None)] {
         let pieces = common::split(&input, size);
         assert_eq!(drive::citestream(&config, &pieces), 1);
         assert_eq!(drive::sse_stream(&pieces), 1);
-        bench_pieces(&mut group, "citestream", label, &pieces, |p| {
+        let label = format!("{}/{read}", size_label(len));
+        bench_pieces(&mut group, "citestream", &label, &pieces, |p| {
             drive::citestream(&config, p)
         });
-        bench_pieces(&mut group, "sse-stream", label, &pieces, drive::sse_stream);
+        bench_pieces(&mut group, "sse-stream", &label, &pieces, drive::sse_stream);
     }
 
-    for len in LONG_LINE_EVENTSOURCE {
+    for len in LONG_LINE_EVENTSOURCE.map(|l| l / shrink) {
         let input = common::long_line(len);
         group.throughput(Throughput::Bytes(input.len() as u64));
         for (read, size) in [("1460", Some(1460)), ("whole", None)] {
             let pieces = common::split(&input, size);
             assert_eq!(drive::eventsource_stream(&pieces), 1);
-            let label = format!("{}KiB/{read}", len >> 10);
+            let label = format!("{}/{read}", size_label(len));
             bench_pieces(
                 &mut group,
                 "eventsource-stream",
@@ -154,9 +188,17 @@ fn bench_pieces(
 }
 
 fn benches(c: &mut Criterion) {
-    bench_stream(c, "openai_4000", &common::openai_stream(4000));
-    bench_stream(c, "upstream_fixtures", &common::upstream_fixtures());
-    bench_long_line(c);
+    let quick = test_mode();
+    let openai = common::openai_stream(if quick { 100 } else { 4000 });
+    let fixtures = common::upstream_fixtures();
+    let fixtures = if quick {
+        prefix(&fixtures, 32 << 10)
+    } else {
+        &fixtures
+    };
+    bench_stream(c, "openai_4000", &openai);
+    bench_stream(c, "upstream_fixtures", fixtures);
+    bench_long_line(c, if quick { 128 } else { 1 });
 }
 
 criterion_group! {

@@ -36,19 +36,28 @@ def load_criterion(root):
 
 
 def load_callgrind(path):
-    """(input, read, parser) -> (events, instructions)"""
-    out = {}
+    """(input, read, parser) -> (events, instructions), and for the long
+    line (parser, length in KiB, read) -> (instructions, per byte)."""
+    out, long = {}, {}
     for line in pathlib.Path(path).read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 8 and cells[2].isdigit():
             inp, read, events, parser, ir = cells[:5]
             out[(inp, read, parser)] = (int(events), int(ir))
-    return out
+        elif len(cells) == 6 and cells[1].endswith(" KiB") and cells[3].isdigit():
+            parser, kib, read, ir, per = cells[:5]
+            long[(parser, int(kib[:-4]), read)] = (int(ir), per)
+    return out, long
+
+
+def kib(label):
+    """`8MiB` or `512KiB` -> KiB"""
+    return int(label[:-3]) * 1024 if label.endswith("MiB") else int(label[:-3])
 
 
 def main():
     crit = load_criterion(sys.argv[1])
-    cg = load_callgrind(sys.argv[2])
+    cg, cg_long = load_callgrind(sys.argv[2])
     for inp in ["openai_4000", "upstream_fixtures"]:
         group = f"sse/{inp}"
         events = next(v[0] for k, v in cg.items() if k[0] == inp)
@@ -91,16 +100,26 @@ def main():
         print(line + " (goal ≤ 20x).\n")
 
     print("#### `long_line`: one event, a single `data` line\n")
-    print("| parser | line | read | time | MiB/s | 1460 B / whole |")
-    print("|---|---|---|---:|---:|---:|")
-    rows = sorted(k for k in crit if k[0] == "sse/long_line")
+    print("| parser | line | read | time | MiB/s | time 1460 B / whole | instr/byte | instr 1460 B / whole |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    crit_lines = {(k[1], kib(k[2].split("/")[0])) for k in crit if k[0] == "sse/long_line"}
+    cg_lines = {(k[0], k[1]) for k in cg_long}
     for parser in PARSERS:
-        lines = sorted({k[2].split("/")[0] for k in rows if k[1] == parser}, key=lambda s: int(s[:-3]) * (1024 if s.endswith("MiB") else 1))
-        for ln in lines:
-            small, size = crit[("sse/long_line", parser, f"{ln}/1460")]
-            whole, _ = crit[("sse/long_line", parser, f"{ln}/whole")]
-            print(f"| {parser} | {ln} | 1460 B | {fmt_time(small)} | {size / small * 1e9 / (1 << 20):.0f} | {small / whole:.2f}x |")
-            print(f"| {parser} | {ln} | whole | {fmt_time(whole)} | {size / whole * 1e9 / (1 << 20):.0f} | |")
+        for length in sorted(n for p, n in crit_lines | cg_lines if p == parser):
+            label = f"{length >> 10} MiB" if length % 1024 == 0 else f"{length} KiB"
+            ids = [f"{length >> 10}MiB" if length % 1024 == 0 else f"{length}KiB"]
+            t = {r: crit.get(("sse/long_line", parser, f"{ids[0]}/{r}")) for r in ("1460", "whole")}
+            c = {r: cg_long.get((parser, length, r)) for r in ("1460", "whole")}
+            for r in ("1460", "whole"):
+                row = [parser, label, "1460 B" if r == "1460" else "whole"]
+                if t[r]:
+                    row += [fmt_time(t[r][0]), f"{t[r][1] / t[r][0] * 1e9 / (1 << 20):.0f}"]
+                else:
+                    row += ["", ""]
+                row.append(f"{t['1460'][0] / t['whole'][0]:.1f}x" if r == "1460" and t["1460"] and t["whole"] else "")
+                row.append(c[r][1] if c[r] else "")
+                row.append(f"{c['1460'][0] / c['whole'][0]:.2f}x" if r == "1460" and c["1460"] and c["whole"] else "")
+                print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":
