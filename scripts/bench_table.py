@@ -64,10 +64,11 @@ def main():
         size = next(v[1] for k, v in crit.items() if k[0] == group)
         print(f"#### `{inp}`: {size:,} bytes, {events:,} events\n")
         print(
-            "| read | citestream | MiB/s | per event | sse-stream | eventsource-stream "
+            "| read | time citestream | MiB/s | per event "
+            "| time sse-stream | time eventsource-stream "
             "| sse-stream / citestream | eventsource / citestream "
-            "| instr/event citestream | sse-stream | eventsource-stream "
-            "| instr ratio sse-stream / citestream |"
+            "| instr/event citestream | instr/event sse-stream "
+            "| instr/event eventsource-stream | instr sse-stream / citestream |"
         )
         print("|---" * 12 + "|")
         for read in READS:
@@ -75,7 +76,7 @@ def main():
             ir = {p: cg.get((inp, read, p), (None, None))[1] for p in PARSERS}
             c = t["citestream"]
             row = [
-                "whole" if read == "whole" else f"{read} B",
+                {"whole": "whole", "16384": "16 KiB"}.get(read, f"{read} B"),
                 fmt_time(c),
                 f"{size / c * 1e9 / (1 << 20):.0f}",
                 fmt_time(c / events),
