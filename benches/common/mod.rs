@@ -5,6 +5,7 @@
 //! in `examples/` with `#[path]`), so not every bench uses every helper.
 #![allow(dead_code)]
 
+pub(crate) mod chat;
 pub(crate) mod sse;
 
 use std::path::Path;
@@ -63,7 +64,7 @@ impl Lcg {
 /// mostly short words with a leading space, some punctuation, escaped line
 /// breaks and quotes, and some non-ASCII text (so 1-byte reads split UTF-8
 /// sequences).
-const TOKENS: &[&str] = &[
+pub(crate) const TOKENS: &[&str] = &[
     " the",
     " of",
     " and",

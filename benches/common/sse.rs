@@ -34,7 +34,7 @@ pub(crate) fn citestream(config: &Config, pieces: &[Bytes]) -> usize {
 }
 
 /// Polls `stream` to its end; `f` sees every item.
-fn drain<S: Stream>(stream: S, mut f: impl FnMut(S::Item)) {
+pub(crate) fn drain<S: Stream>(stream: S, mut f: impl FnMut(S::Item)) {
     let mut stream = pin!(stream);
     let mut cx = Context::from_waker(Waker::noop());
     loop {
