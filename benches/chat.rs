@@ -122,7 +122,10 @@ fn bench(
 
 fn small(streams: Vec<(String, Vec<u8>)>, quick: bool) -> Vec<(String, Vec<u8>)> {
     if quick {
-        streams.into_iter().filter(|s| s.1.len() < 16 << 10).collect()
+        streams
+            .into_iter()
+            .filter(|s| s.1.len() < 16 << 10)
+            .collect()
     } else {
         streams
     }
@@ -147,7 +150,13 @@ fn benches(c: &mut Criterion) {
         "openai_4000",
         &one("openai", chat::chat_stream(events, false)),
     );
-    bench_input(c, &setup, "chat", "fixtures", &small(chat::fixtures(false), quick));
+    bench_input(
+        c,
+        &setup,
+        "chat",
+        "fixtures",
+        &small(chat::fixtures(false), quick),
+    );
     bench_input(
         c,
         &setup,
@@ -155,7 +164,13 @@ fn benches(c: &mut Criterion) {
         "anthropic_4000",
         &one("anthropic", chat::messages_stream(events)),
     );
-    bench_input(c, &setup, "messages", "fixtures", &small(chat::fixtures(true), quick));
+    bench_input(
+        c,
+        &setup,
+        "messages",
+        "fixtures",
+        &small(chat::fixtures(true), quick),
+    );
 }
 
 criterion_group! {

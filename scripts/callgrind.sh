@@ -10,6 +10,10 @@
 # input generation and splitting are not counted).
 #
 # Usage: scripts/callgrind.sh [--annotate]
+#   SUITE=chat                          the response rewriters instead
+#                                       (examples/chat_callgrind.rs: ChatStream
+#                                       and MessagesStream vs the naive and
+#                                       conventional gateway baselines)
 #   READS="1460 16384"                  read sizes for the two streams
 #   INPUTS="openai_4000 upstream_fixtures"
 #   PARSERS="citestream sse-stream eventsource-stream"
@@ -27,7 +31,58 @@ LONG=${LONG:-1}
 annotate=0
 [[ ${1:-} == --annotate ]] && annotate=1
 
+per() { awk -v a="$1" -v b="$2" 'BEGIN { printf (a / b < 10 ? "%.2f" : "%.1f"), a / b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
 command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind not found" >&2; exit 1; }
+
+if [[ ${SUITE:-sse} == chat ]]; then
+    # Instructions per chunk (input event with data) for each rewriter and
+    # baseline, inside `measured` only (fresh rewriter per stream, every
+    # piece fed, every output drained; inputs built and split outside).
+    #   READS="1460 16384"   CHAT_INPUTS / MESSAGES_INPUTS as below
+    READS=${READS:-"1460 16384"}
+    CHAT_INPUTS=${CHAT_INPUTS:-"openai_obfuscation_4000 openai_4000 fixtures"}
+    MESSAGES_INPUTS=${MESSAGES_INPUTS:-"anthropic_4000 fixtures"}
+    bin=$(cargo build --profile bench --example chat_callgrind --message-format=json-render-diagnostics \
+        | sed -n 's/.*"executable":"\([^"]*chat_callgrind\)".*/\1/p' | tail -n 1)
+    [[ -x $bin ]] || { echo "callgrind.sh: could not find the chat_callgrind binary" >&2; exit 1; }
+    tmp=$(mktemp -d)
+    trap '[[ $annotate == 1 ]] || rm -rf "$tmp"' EXIT
+    echo "### Instructions per chunk (callgrind, \`measured\` only)"
+    echo
+    echo "| endpoint | input | read | chunks | implementation | instructions | per chunk | per byte | vs citestream |"
+    echo "|---|---|---|---|---|---:|---:|---:|---:|"
+    for endpoint in chat messages; do
+        if [[ $endpoint == chat ]]; then
+            inputs=$CHAT_INPUTS impls="citestream naive conventional"
+        else
+            inputs=$MESSAGES_INPUTS impls="citestream naive"
+        fi
+        for input in $inputs; do
+            for read in $READS; do
+                base=
+                for impl in $impls; do
+                    out="$tmp/cg.$endpoint.$impl.$input.$read.out"
+                    res=$(valgrind --tool=callgrind \
+                        --callgrind-out-file="$out" --toggle-collect='*chat_callgrind::measured*' \
+                        "$bin" "$endpoint" "$impl" "$input" "$read" 2>/dev/null)
+                    read -r bytes _pieces events _out <<<"$res"
+                    ir=$(sed -n 's/^summary: *//p' "$out")
+                    [[ -n $ir ]] || { echo "callgrind.sh: no summary for $endpoint $impl $input $read" >&2; exit 1; }
+                    [[ -n $base ]] || base=$ir
+                    echo "| $endpoint | $input | $read | $events | $impl | $ir | $(per "$ir" "$events") | $(per "$ir" "$bytes") | $(ratio "$ir" "$base")x |"
+                done
+            done
+        done
+    done
+    if [[ $annotate == 1 ]]; then
+        echo
+        echo "callgrind files kept in $tmp"
+        callgrind_annotate --inclusive=no "$tmp/cg.chat.citestream.openai_obfuscation_4000.1460.out" 2>/dev/null | head -n 40
+    fi
+    exit 0
+fi
 
 bin=$(cargo build --profile bench --example sse_callgrind --message-format=json-render-diagnostics \
     | sed -n 's/.*"executable":"\([^"]*sse_callgrind\)".*/\1/p' | tail -n 1)
@@ -46,8 +101,6 @@ run() {
     echo "$res $ir"
 }
 
-per() { awk -v a="$1" -v b="$2" 'BEGIN { printf (a / b < 10 ? "%.2f" : "%.1f"), a / b }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 
 echo "### Instructions per event (callgrind, \`measured\` only)"
 echo

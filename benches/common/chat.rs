@@ -64,7 +64,12 @@ impl Setup {
         let cites = sources
             .list()
             .iter()
-            .map(|s| (json!(s.url.clone().unwrap_or_default()), json!(s.title.clone().unwrap_or_default())))
+            .map(|s| {
+                (
+                    json!(s.url.clone().unwrap_or_default()),
+                    json!(s.title.clone().unwrap_or_default()),
+                )
+            })
             .collect();
         Setup {
             sources,
@@ -227,7 +232,10 @@ pub(crate) fn fixtures(anthropic: bool) -> Vec<(String, Vec<u8>)> {
         .into_iter()
         .map(|f| {
             let name = f.file_stem().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display())))
+            (
+                name,
+                std::fs::read(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display())),
+            )
         })
         .collect()
 }
@@ -400,6 +408,13 @@ impl Grounding {
     }
 }
 
+/// A marker found by [`find_markers`]: number, start, end (characters).
+type Found = (u32, u64, u64);
+
+/// A choice finishing in a chunk: its position in `choices`, its index,
+/// its markers.
+type Ending = (usize, usize, Vec<Found>);
+
 /// The envelope members a synthesized chunk copies.
 const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "system_fingerprint"];
 
@@ -410,7 +425,7 @@ const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "system_fingerp
 fn finish_events(
     setup: &Setup,
     v: &Value,
-    ending: &[(usize, usize, Vec<(u32, u64, u64)>)],
+    ending: &[Ending],
     top: bool,
 ) -> Option<Vec<Value>> {
     let with_markers: Vec<_> = ending.iter().filter(|e| !e.2.is_empty()).collect();
@@ -682,7 +697,47 @@ struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 #[derive(Deserialize)]
 struct Chunk<'a> {
     #[serde(borrow, default)]
-    choices: Vec<Choice<'a>>,
+    choices: Choices<'a>,
+}
+
+/// `choices` without a heap allocation for the usual single choice (a
+/// `Vec<Choice>` would allocate on every chunk).
+#[derive(Default)]
+struct Choices<'a> {
+    first: Option<Choice<'a>>,
+    rest: Vec<Choice<'a>>,
+}
+
+impl<'a> Choices<'a> {
+    fn iter(&self) -> impl Iterator<Item = &Choice<'a>> {
+        self.first.iter().chain(&self.rest)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Seq<'a>(std::marker::PhantomData<Choices<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Seq<'a> {
+            type Value = Choices<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Choices<'a>, A::Error> {
+                let mut c = Choices {
+                    first: seq.next_element()?,
+                    rest: Vec::new(),
+                };
+                while let Some(x) = seq.next_element()? {
+                    c.rest.push(x);
+                }
+                Ok(c)
+            }
+        }
+        d.deserialize_seq(Seq(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -707,6 +762,13 @@ fn write_event(out: &mut BytesMut, event: Option<&str>, data: &str) {
         out.put_slice(b"event: ");
         out.put_slice(e.as_bytes());
         out.put_u8(b'\n');
+    }
+    if memchr::memchr(b'\n', data.as_bytes()).is_none() {
+        // JSON chunks: one line.
+        out.put_slice(b"data: ");
+        out.put_slice(data.as_bytes());
+        out.put_slice(b"\n\n");
+        return;
     }
     for line in data.split('\n') {
         out.put_slice(b"data: ");
@@ -792,7 +854,11 @@ pub(crate) fn conventional_chat(setup: &Setup, pieces: &[Bytes], sink: &mut impl
         // Annotations: the cold path, once per choice; build with a Value.
         let v: Value = serde_json::from_str(data).expect("valid chunk");
         for e in finish_events(setup, &v, &ending, top).expect("edits") {
-            write_event(&mut out, event, &serde_json::to_string(&e).expect("serialize"));
+            write_event(
+                &mut out,
+                event,
+                &serde_json::to_string(&e).expect("serialize"),
+            );
             emit(&mut out, sink);
         }
     });
@@ -829,7 +895,12 @@ pub(crate) fn additions(stream: &[u8]) -> Additions {
         if let Some(s) = v.get("sources") {
             a.sources.push(s.clone());
         }
-        for c in v.get("choices").and_then(Value::as_array).into_iter().flatten() {
+        for c in v
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if let Some(ann) = c.get("delta").and_then(|d| d.get("annotations")) {
                 let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
                 a.annotations.entry(index).or_default().push(ann.clone());
@@ -852,12 +923,7 @@ pub(crate) fn collect(
 }
 
 /// The implementations of one endpoint, by name.
-pub(crate) fn run(
-    endpoint: &str,
-    implementation: &str,
-    setup: &Setup,
-    streams: &Streams,
-) -> usize {
+pub(crate) fn run(endpoint: &str, implementation: &str, setup: &Setup, streams: &Streams) -> usize {
     let mut total = 0;
     let mut sink = |b: Bytes| total += b.len();
     for pieces in streams {
