@@ -294,6 +294,213 @@ fn scan_choices(
     Ok(a.close() + 1)
 }
 
+/// What the fast path reads of one choice of a chunk.
+#[derive(Clone, Debug, Default)]
+struct FastChoice {
+    /// `None` when the index is not a `u32` (the choice is then ignored).
+    index: Option<u32>,
+    /// Raw body of `delta.content` when it is a string.
+    content: Option<Range<usize>>,
+    finish: bool,
+}
+
+/// A cursor over one chunk's JSON for the fast path.
+struct Cur<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Cur<'_> {
+    #[inline(always)]
+    fn peek(&self) -> u8 {
+        // NUL never starts a JSON token, so it doubles as end of input.
+        self.b.get(self.i).copied().unwrap_or(0)
+    }
+
+    #[inline(always)]
+    fn ws(&mut self) {
+        while matches!(self.peek(), b' ' | b'\t' | b'\n' | b'\r') {
+            self.i += 1;
+        }
+    }
+
+    #[inline(always)]
+    fn eat(&mut self, c: u8) -> Result<(), Invalid> {
+        if self.peek() == c {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(Invalid)
+        }
+    }
+
+    /// A string; returns its raw body and whether it has escapes.
+    #[inline(always)]
+    fn string(&mut self) -> Result<(Range<usize>, bool), Invalid> {
+        let start = self.i + 1;
+        let (end, escaped) = json::scan_string(self.b, self.i)?;
+        self.i = end;
+        Ok((start..end - 1, escaped))
+    }
+
+    /// `,` (then whitespace) before another member/element, or `close`.
+    /// Returns whether another one follows.
+    #[inline(always)]
+    fn next(&mut self, close: u8) -> Result<bool, Invalid> {
+        self.ws();
+        match self.peek() {
+            b',' => {
+                self.i += 1;
+                self.ws();
+                Ok(true)
+            }
+            c if c == close => {
+                self.i += 1;
+                Ok(false)
+            }
+            _ => Err(Invalid),
+        }
+    }
+
+    /// A key and its colon; `None` when the key has escapes (the caller
+    /// falls back to the complete scanner).
+    #[inline(always)]
+    fn key(&mut self) -> Result<Option<Range<usize>>, Invalid> {
+        let (k, escaped) = self.string()?;
+        self.ws();
+        self.eat(b':')?;
+        self.ws();
+        Ok((!escaped).then_some(k))
+    }
+
+    /// Skips (validating) any value at `depth`.
+    #[inline]
+    fn skip(&mut self, depth: u32) -> Result<(), Invalid> {
+        match self.peek() {
+            b'"' => self.i = json::scan_string(self.b, self.i)?.0,
+            b'n' if self.b.get(self.i..self.i + 4) == Some(b"null") => self.i += 4,
+            _ => self.i = json::scan_value(self.b, self.i, depth)?,
+        }
+        Ok(())
+    }
+
+    /// Whether an object or array opened at `close`'s partner is empty
+    /// (and consumed if so).
+    #[inline(always)]
+    fn empty(&mut self, close: u8) -> bool {
+        self.ws();
+        if self.peek() == close {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The hot path's scan of one chunk: validates the whole JSON text and
+/// reads `choices[].index`, `choices[].delta.content` and whether
+/// `choices[].finish_reason` is a string. Returns `Ok(false)` when a key
+/// has escapes, so the complete scanner must decide (rare).
+fn fast_scan(d: &[u8], out: &mut Vec<FastChoice>) -> Result<bool, Invalid> {
+    out.clear();
+    let mut c = Cur { b: d, i: 0 };
+    c.ws();
+    c.eat(b'{')?;
+    if !c.empty(b'}') {
+        loop {
+            let Some(k) = c.key()? else { return Ok(false) };
+            if &d[k] == b"choices" && c.peek() == b'[' {
+                c.i += 1;
+                out.clear();
+                if !c.empty(b']') {
+                    loop {
+                        if c.peek() == b'{' {
+                            if !fast_choice(&mut c, out)? {
+                                return Ok(false);
+                            }
+                        } else {
+                            c.skip(2)?;
+                        }
+                        if !c.next(b']')? {
+                            break;
+                        }
+                    }
+                }
+            } else {
+                c.skip(1)?;
+            }
+            if !c.next(b'}')? {
+                break;
+            }
+        }
+    }
+    c.ws();
+    if c.i != d.len() {
+        return Err(Invalid);
+    }
+    Ok(true)
+}
+
+/// One choice object (cursor on its `{`).
+#[inline]
+fn fast_choice(c: &mut Cur<'_>, out: &mut Vec<FastChoice>) -> Result<bool, Invalid> {
+    let d = c.b;
+    c.i += 1;
+    let mut fc = FastChoice {
+        index: Some(0),
+        content: None,
+        finish: false,
+    };
+    if !c.empty(b'}') {
+        loop {
+            let Some(k) = c.key()? else { return Ok(false) };
+            match &d[k] {
+                b"delta" if c.peek() == b'{' => {
+                    c.i += 1;
+                    fc.content = None;
+                    if !c.empty(b'}') {
+                        loop {
+                            let Some(k) = c.key()? else { return Ok(false) };
+                            let is_content = &d[k] == b"content";
+                            if is_content && c.peek() == b'"' {
+                                fc.content = Some(c.string()?.0);
+                            } else {
+                                if is_content {
+                                    fc.content = None;
+                                }
+                                c.skip(4)?;
+                            }
+                            if !c.next(b'}')? {
+                                break;
+                            }
+                        }
+                    }
+                }
+                b"delta" => {
+                    fc.content = None;
+                    c.skip(3)?;
+                }
+                b"index" => {
+                    let start = c.i;
+                    c.skip(3)?;
+                    fc.index = json::parse_u32(&d[start..c.i]);
+                }
+                b"finish_reason" => {
+                    fc.finish = c.peek() == b'"';
+                    c.skip(3)?;
+                }
+                _ => c.skip(3)?,
+            }
+            if !c.next(b'}')? {
+                break;
+            }
+        }
+    }
+    out.push(fc);
+    Ok(true)
+}
+
 #[derive(Clone, Debug)]
 struct ChoiceState {
     tracker: MarkerTracker,
@@ -359,6 +566,7 @@ pub struct ChatStream {
     swallow_line_end: bool,
     scan: ChunkScan,
     scans: Vec<ChoiceScan>,
+    fast: Vec<FastChoice>,
     ended: bool,
 }
 
@@ -390,6 +598,7 @@ impl ChatStream {
             swallow_line_end: false,
             scan: ChunkScan::default(),
             scans: Vec::with_capacity(2),
+            fast: Vec::with_capacity(2),
             ended: false,
         }
     }
@@ -466,10 +675,44 @@ impl ChatStream {
             self.flush_pending_top();
             return self.emit(e.raw().clone());
         }
+        let mut fast = std::mem::take(&mut self.fast);
+        let out = match fast_scan(d, &mut fast) {
+            Err(Invalid) => self.emit(e.raw().clone()),
+            Ok(true) => {
+                let mut finishing = false;
+                for fc in &fast {
+                    let Some(st) = fc.index.and_then(|i| self.choice(i)) else {
+                        continue;
+                    };
+                    if st.finished {
+                        continue;
+                    }
+                    if let Some(r) = &fc.content {
+                        st.tracker.push_json(&d[r.clone()]);
+                    }
+                    finishing |= fc.finish;
+                }
+                if finishing {
+                    self.slow_path(&e, true)
+                } else {
+                    self.emit(e.raw().clone())
+                }
+            }
+            Ok(false) => self.slow_path(&e, false),
+        };
+        self.fast = fast;
+        out
+    }
+
+    /// The complete scan of a chunk, for finish chunks and chunks with
+    /// escaped keys. `counted`: the content was already fed by the fast
+    /// path.
+    fn slow_path(&mut self, e: &Event, counted: bool) -> Option<Bytes> {
         let mut scan = std::mem::take(&mut self.scan);
         let mut scans = std::mem::take(&mut self.scans);
-        let out = match scan_chunk(d, &mut scan, &mut scans) {
-            Ok(()) => self.chunk(&e, &scan, &scans),
+        let out = match scan_chunk(e.data(), &mut scan, &mut scans) {
+            Ok(()) if counted => self.finish_chunk(e, &scan, &scans),
+            Ok(()) => self.chunk(e, &scan, &scans),
             Err(Invalid) => self.emit(e.raw().clone()),
         };
         self.scan = scan;

@@ -40,6 +40,10 @@ impl std::error::Error for Invalid {}
 #[inline]
 #[must_use]
 pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    // Chunks rarely contain whitespace between tokens: one compare.
+    if b.get(i).is_some_and(|&c| c > b' ') {
+        return i;
+    }
     while let Some(c) = b.get(i) {
         if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
             break;
@@ -49,10 +53,23 @@ pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// High bit set in the lowest byte of `w` (little-endian) that is `"`, `\`
+/// or below 0x20; bits above it may be false positives, so only the lowest
+/// set bit is meaningful.
+#[inline(always)]
+fn string_special(w: u64) -> u64 {
+    let q = w ^ (LO * u64::from(b'"'));
+    let s = w ^ (LO * u64::from(b'\\'));
+    ((q.wrapping_sub(LO) & !q) | (s.wrapping_sub(LO) & !s) | (w.wrapping_sub(LO * 0x20) & !w)) & HI
+}
+
 /// Validates the string starting at `b[i]` (which must be `"`).
 ///
 /// Returns the index just after the closing quote and whether the string
-/// contains a backslash escape.
+/// contains a backslash escape. Scans eight bytes at a time.
 ///
 /// # Errors
 /// [`Invalid`] for an unterminated string, a raw control character, or a
@@ -65,26 +82,34 @@ pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
     let mut i = i + 1;
     let mut escaped = false;
     loop {
-        let rest = b.get(i..).ok_or(Invalid)?;
-        let k = memchr::memchr2(b'"', b'\\', rest).ok_or(Invalid)?;
-        if rest[..k].iter().any(|&c| c < 0x20) {
-            return Err(Invalid);
-        }
-        i += k;
-        if b[i] == b'"' {
-            return Ok((i + 1, escaped));
-        }
-        escaped = true;
-        match b.get(i + 1) {
-            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-            Some(b'u') => {
-                let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
-                if !hex.iter().all(u8::is_ascii_hexdigit) {
-                    return Err(Invalid);
-                }
-                i += 6;
+        while let Some(word) = b.get(i..i + 8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            let m = string_special(u64::from_le_bytes(w));
+            if m != 0 {
+                i += (m.trailing_zeros() / 8) as usize;
+                break;
             }
-            _ => return Err(Invalid),
+            i += 8;
+        }
+        match *b.get(i).ok_or(Invalid)? {
+            b'"' => return Ok((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                match b.get(i + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(b'u') => {
+                        let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return Err(Invalid);
+                        }
+                        i += 6;
+                    }
+                    _ => return Err(Invalid),
+                }
+            }
+            c if c < 0x20 => return Err(Invalid),
+            _ => i += 1,
         }
     }
 }

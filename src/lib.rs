@@ -22,5 +22,6 @@ pub mod stream;
 pub use chat::ChatStream;
 pub use cite::{Marker, MarkerTracker, OffsetUnit};
 pub use messages::MessagesStream;
-pub use options::{MAX_CHOICES, RewriteOptions, StreamRewriter};
+pub use options::{MAX_CHOICES, RewriteOptions, Rewriter, StreamRewriter};
+pub use request::Endpoint;
 pub use sources::{Dialect, Source, Sources, SourcesError};

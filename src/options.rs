@@ -112,3 +112,34 @@ pub trait StreamRewriter {
     /// `next_output`.
     fn finish(&mut self);
 }
+
+/// Either streaming rewriter, chosen at run time (see
+/// [`ResponsePlan::stream_rewriter`](crate::request::flow::ResponsePlan::stream_rewriter)).
+#[derive(Debug)]
+pub enum Rewriter {
+    /// `/v1/chat/completions`.
+    Chat(crate::ChatStream),
+    /// `/v1/messages`.
+    Messages(crate::MessagesStream),
+}
+
+impl StreamRewriter for Rewriter {
+    fn feed(&mut self, chunk: bytes::Bytes) {
+        match self {
+            Rewriter::Chat(r) => r.feed(chunk),
+            Rewriter::Messages(r) => r.feed(chunk),
+        }
+    }
+    fn next_output(&mut self) -> Option<bytes::Bytes> {
+        match self {
+            Rewriter::Chat(r) => r.next_output(),
+            Rewriter::Messages(r) => r.next_output(),
+        }
+    }
+    fn finish(&mut self) {
+        match self {
+            Rewriter::Chat(r) => r.finish(),
+            Rewriter::Messages(r) => r.finish(),
+        }
+    }
+}

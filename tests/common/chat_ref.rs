@@ -31,43 +31,7 @@ use citestream::sse::{self, Frame};
 use citestream::{Dialect, RewriteOptions, Source, Sources, StreamRewriter};
 use serde_json::{Value, json};
 
-// Until the real marker reference lands (tests/common/cite_ref.rs from
-// main), a stub with the placeholder tracker's rules.
-use self::cite_ref_stub as cite_ref;
-mod cite_ref_stub {
-    use citestream::cite::{Marker, OffsetUnit};
-    pub fn decode_json(escaped: &[u8]) -> Vec<char> {
-        citestream::json::decode_str(escaped).chars().collect()
-    }
-    pub fn markers(t: &[char], max: u32, _unit: OffsetUnit) -> Vec<Marker> {
-        let mut v = Vec::new();
-        for i in 0..t.len() {
-            if t[i] != '[' || (i > 0 && t[i - 1] == '\\') {
-                continue;
-            }
-            let d: String = t[i + 1..]
-                .iter()
-                .take_while(|c| c.is_ascii_digit())
-                .collect();
-            if d.is_empty()
-                || d.len() > 4
-                || d.starts_with('0')
-                || t.get(i + 1 + d.len()) != Some(&']')
-            {
-                continue;
-            }
-            let n: u32 = d.parse().unwrap();
-            if n >= 1 && n <= max {
-                v.push(Marker {
-                    number: n,
-                    start: i as u64,
-                    end: (i + d.len() + 2) as u64,
-                });
-            }
-        }
-        v
-    }
-}
+use super::cite_ref;
 
 // ---------------------------------------------------------------------------
 // A tiny lenient JSON parser.

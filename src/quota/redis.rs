@@ -1,0 +1,352 @@
+//! The Redis quota store (feature `redis`).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisError, Script};
+
+use super::{
+    Clock, QuotaError, QuotaErrorKind, QuotaStore, SECS_PER_DAY, SystemClock, Ticket, Usage,
+    civil_date, new_id, utc_day,
+};
+
+/// Check-and-reserve, atomically (one script, one key).
+///
+/// KEYS[1]: the hash of one account and day: field `committed` (integer)
+/// and one field `r:<id>` per open reservation, valued with the Unix second
+/// its lease ends. ARGV: limit, id, now, lease end, key expiry (Unix
+/// seconds). Expired leases are dropped first (a gateway that died
+/// mid-search does not hold a slot forever). Returns 1 when reserved, 0 when
+/// `committed + open reservations` already reaches the limit.
+const RESERVE: &str = r"
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local now = tonumber(ARGV[3])
+local committed = 0
+local open = 0
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local f = all[i]
+  if f == 'committed' then
+    committed = tonumber(all[i + 1]) or 0
+  elseif string.sub(f, 1, 2) == 'r:' then
+    if (tonumber(all[i + 1]) or 0) <= now then
+      redis.call('HDEL', key, f)
+    else
+      open = open + 1
+    end
+  end
+end
+if committed + open >= limit then
+  return 0
+end
+redis.call('HSET', key, 'r:' .. ARGV[2], ARGV[4])
+redis.call('EXPIREAT', key, ARGV[5])
+return 1
+";
+
+/// Commit: turn reservation ARGV[1] into a used search, once. Returns 1 if
+/// it was open, 0 (no change) if unknown or already finished.
+const COMMIT: &str = r"
+if redis.call('HDEL', KEYS[1], 'r:' .. ARGV[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'committed', 1)
+  return 1
+end
+return 0
+";
+
+/// Settings of a [`RedisStore`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisConfig {
+    prefix: String,
+    lease: Duration,
+    expiry_margin: Duration,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+    retries: usize,
+}
+
+impl Default for RedisConfig {
+    /// Prefix `citestream:quota:`, lease 10 min, expiry margin 1 h,
+    /// connection and response timeouts 1 s, 1 reconnection retry.
+    fn default() -> Self {
+        RedisConfig {
+            prefix: "citestream:quota:".to_owned(),
+            lease: Duration::from_secs(600),
+            expiry_margin: Duration::from_secs(3600),
+            connection_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            retries: 1,
+        }
+    }
+}
+
+impl RedisConfig {
+    /// Key prefix; keys are `<prefix><YYYY-MM-DD>:<account>`.
+    pub fn prefix(&mut self, prefix: impl Into<String>) -> &mut Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long an open reservation holds its slot when it is neither
+    /// committed nor released (a crashed gateway, a dropped
+    /// [`super::Reservation`]). Keep it well above the search timeout: a
+    /// commit after the lease ran out and another reservation took the slot
+    /// is a no-op (the search is then not counted, so the limit still holds).
+    pub fn lease(&mut self, lease: Duration) -> &mut Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long after the end of its UTC day a key expires (lets a
+    /// reservation made just before midnight commit after it).
+    pub fn expiry_margin(&mut self, margin: Duration) -> &mut Self {
+        self.expiry_margin = margin;
+        self
+    }
+
+    /// Timeout of one connection attempt.
+    pub fn connection_timeout(&mut self, t: Duration) -> &mut Self {
+        self.connection_timeout = t;
+        self
+    }
+
+    /// Timeout of one command.
+    pub fn response_timeout(&mut self, t: Duration) -> &mut Self {
+        self.response_timeout = t;
+        self
+    }
+
+    /// Connection retries before an operation reports the store unavailable.
+    pub fn retries(&mut self, n: usize) -> &mut Self {
+        self.retries = n;
+        self
+    }
+}
+
+/// A quota store in Redis, shared by every gateway replica that points at
+/// the same server and prefix.
+///
+/// One hash per account and UTC day (`<prefix><YYYY-MM-DD>:<account>`)
+/// holds the committed count and the open reservations; check-and-reserve
+/// is one Lua script, so `committed + reserved <= limit` holds across
+/// replicas. Keys expire at the end of their day plus a margin. Commit and
+/// release are idempotent: a reservation id is removed once, and a second
+/// commit or release finds nothing and changes nothing.
+///
+/// The connection is opened lazily and re-established automatically
+/// (redis' `ConnectionManager`); while Redis is unreachable every operation
+/// returns a [`QuotaError`] of kind [`QuotaErrorKind::Unavailable`] within
+/// the configured timeouts, and the gateway answers without search.
+///
+/// Dropping an unfinished [`super::Reservation`] cannot release it without
+/// awaiting, so the slot is freed when its lease ends
+/// ([`RedisConfig::lease`]); release explicitly to free it at once.
+///
+/// Needs a tokio runtime.
+///
+/// # Example
+/// ```no_run
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use citestream::quota::{reserve, RedisStore};
+///
+/// let store = RedisStore::open("redis://127.0.0.1:6379/").expect("valid URL");
+/// match reserve(&store, "acct-1", 100).await {
+///     Ok(Some(r)) => { /* search, then */ r.commit().await.ok(); }
+///     Ok(None) => { /* used up: answer without search */ }
+///     Err(e) => eprintln!("quota store: {e}"), // answer without search
+/// }
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    client: Client,
+    config: Arc<RedisConfig>,
+    clock: Arc<dyn Clock>,
+    conn: Arc<Mutex<Option<ConnectionManager>>>,
+    reserve: Arc<Script>,
+    commit: Arc<Script>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("server", &self.client.get_connection_info().addr)
+            .field("config", &self.config)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store on `client` with the default [`RedisConfig`] and the system
+    /// clock. Does not connect yet.
+    #[must_use]
+    pub fn new(client: Client) -> Self {
+        RedisStore::with_config(client, RedisConfig::default(), SystemClock)
+    }
+
+    /// A store on the server at `url` (`redis://host:port/db`). Does not
+    /// connect yet.
+    ///
+    /// # Errors
+    /// A [`QuotaError`] of kind [`QuotaErrorKind::Backend`] when `url` is
+    /// not a valid Redis URL.
+    pub fn open(url: &str) -> Result<Self, QuotaError> {
+        Client::open(url)
+            .map(RedisStore::new)
+            .map_err(|e| QuotaError::new(QuotaErrorKind::Backend, e.to_string()))
+    }
+
+    /// A store with explicit settings and clock. Does not connect yet.
+    #[must_use]
+    pub fn with_config(client: Client, config: RedisConfig, clock: impl Clock + 'static) -> Self {
+        RedisStore {
+            client,
+            config: Arc::new(config),
+            clock: Arc::new(clock),
+            conn: Arc::new(Mutex::new(None)),
+            reserve: Arc::new(Script::new(RESERVE)),
+            commit: Arc::new(Script::new(COMMIT)),
+        }
+    }
+
+    /// The key of `account` on UTC day `day`.
+    #[must_use]
+    pub fn key(&self, account: &str, day: u64) -> String {
+        let (y, m, d) = civil_date(day);
+        format!("{}{y:04}-{m:02}-{d:02}:{account}", self.config.prefix)
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, QuotaError> {
+        let cached = self
+            .conn
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_else(|p| p.into_inner().clone());
+        if let Some(c) = cached {
+            return Ok(c);
+        }
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(self.config.connection_timeout)
+            .set_response_timeout(self.config.response_timeout)
+            .set_number_of_retries(self.config.retries)
+            .set_factor(10)
+            .set_max_delay(200);
+        let c = ConnectionManager::new_with_config(self.client.clone(), cfg)
+            .await
+            .map_err(map_err)?;
+        let mut g = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(g.get_or_insert(c).clone())
+    }
+
+    async fn reserve_impl(&self, account: &str, limit: u32) -> Result<Option<Ticket>, QuotaError> {
+        let now = self.clock.unix_secs();
+        let day = utc_day(now);
+        if limit == 0 {
+            return Ok(None);
+        }
+        let mut c = self.conn().await?;
+        let id = new_id();
+        let expire_at = (day + 1)
+            .saturating_mul(SECS_PER_DAY)
+            .saturating_add(self.config.expiry_margin.as_secs());
+        let lease_end = now.saturating_add(self.config.lease.as_secs().max(1));
+        let ok: i64 = self
+            .reserve
+            .key(self.key(account, day))
+            .arg(limit)
+            .arg(&id)
+            .arg(now)
+            .arg(lease_end)
+            .arg(expire_at)
+            .invoke_async(&mut c)
+            .await
+            .map_err(map_err)?;
+        Ok((ok == 1).then(|| Ticket::new(account, day, id)))
+    }
+
+    async fn commit_impl(&self, t: &Ticket) -> Result<bool, QuotaError> {
+        let mut c = self.conn().await?;
+        let n: i64 = self
+            .commit
+            .key(self.key(t.account(), t.day()))
+            .arg(t.id())
+            .invoke_async(&mut c)
+            .await
+            .map_err(map_err)?;
+        Ok(n == 1)
+    }
+
+    async fn release_impl(&self, t: &Ticket) -> Result<bool, QuotaError> {
+        let mut c = self.conn().await?;
+        let n: i64 = redis::cmd("HDEL")
+            .arg(self.key(t.account(), t.day()))
+            .arg(format!("r:{}", t.id()))
+            .query_async(&mut c)
+            .await
+            .map_err(map_err)?;
+        Ok(n == 1)
+    }
+
+    async fn usage_impl(&self, account: &str, day: u64) -> Result<Usage, QuotaError> {
+        let now = self.clock.unix_secs();
+        let mut c = self.conn().await?;
+        let all: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(self.key(account, day))
+            .query_async(&mut c)
+            .await
+            .map_err(map_err)?;
+        let mut u = Usage::default();
+        for (f, v) in all {
+            if f == "committed" {
+                u.committed = v.parse().unwrap_or(0);
+            } else if f.starts_with("r:") && v.parse::<u64>().is_ok_and(|end| end > now) {
+                u.reserved = u.reserved.saturating_add(1);
+            }
+        }
+        Ok(u)
+    }
+}
+
+fn map_err(e: RedisError) -> QuotaError {
+    let kind = if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+    {
+        QuotaErrorKind::Unavailable
+    } else {
+        QuotaErrorKind::Backend
+    };
+    QuotaError::new(kind, e.to_string())
+}
+
+impl QuotaStore for RedisStore {
+    fn try_reserve(
+        &self,
+        account: &str,
+        limit: u32,
+    ) -> impl Future<Output = Result<Option<Ticket>, QuotaError>> + Send {
+        self.reserve_impl(account, limit)
+    }
+
+    fn commit(&self, ticket: &Ticket) -> impl Future<Output = Result<bool, QuotaError>> + Send {
+        self.commit_impl(ticket)
+    }
+
+    fn release(&self, ticket: &Ticket) -> impl Future<Output = Result<bool, QuotaError>> + Send {
+        self.release_impl(ticket)
+    }
+
+    fn usage(
+        &self,
+        account: &str,
+        day: u64,
+    ) -> impl Future<Output = Result<Usage, QuotaError>> + Send {
+        self.usage_impl(account, day)
+    }
+}

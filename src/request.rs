@@ -1,1 +1,0 @@
-//! `request` (under construction).

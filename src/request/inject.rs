@@ -1,0 +1,299 @@
+//! Putting numbered sources in front of the model.
+
+use std::fmt;
+
+use crate::sources::{Source, Sources};
+
+use super::scan;
+use super::{Endpoint, RequestError, push_json_str};
+
+/// Where [`inject`] puts the sources block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Placement {
+    /// A text part / block prepended to the last `user` message (the
+    /// default): the earlier prompt prefix stays cache-friendly, and chat
+    /// templates that refuse a system message in the middle still work.
+    /// String content becomes `[{"type":"text","text":<block>},
+    /// {"type":"text","text":<original>}]`. A body without a `user` message
+    /// falls back to [`Placement::System`].
+    #[default]
+    UserMessage,
+    /// Chat: a `{"role":"system","content":<block>}` message at the front of
+    /// `messages`. Messages: a text block appended to `system` (created as a
+    /// string when absent or null; a string `system` becomes two text
+    /// blocks).
+    System,
+}
+
+/// The text the model sees: `header`, then each source rendered with
+/// `source` and joined with `separator`, then `footer`.
+///
+/// `source` may contain the placeholders `{n}` (the footnote number, from
+/// 1), `{title}`, `{url}`, `{text}`, `{heading}`, `{author}`, `{year}` and
+/// `{reference}`; a missing field renders as the empty string. Placeholders
+/// are replaced in one pass, so a value that itself contains `{title}` is
+/// not expanded again; any other `{…}` is kept literally. `header` and
+/// `footer` are used as they are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Template {
+    /// Text before the first source: the instruction to cite with `[n]`.
+    pub header: String,
+    /// One source, with placeholders.
+    pub source: String,
+    /// Between two rendered sources.
+    pub separator: String,
+    /// Text after the last source.
+    pub footer: String,
+}
+
+impl Default for Template {
+    fn default() -> Self {
+        Template {
+            header: "Web search results for the question below, as numbered sources. \
+                     Use them to answer. Cite a source by writing its number in square \
+                     brackets, like [1], right after each sentence it supports; cite \
+                     several as [1][2]. Do not cite sources that do not support the \
+                     sentence.\n\n"
+                .to_owned(),
+            source: "[{n}] {title}\nURL: {url}\n{text}".to_owned(),
+            separator: "\n\n".to_owned(),
+            footer: String::new(),
+        }
+    }
+}
+
+/// Options of [`inject`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InjectOptions {
+    /// Where the block goes.
+    pub placement: Placement,
+    /// What it says.
+    pub template: Template,
+}
+
+/// Error of [`inject`]: the body is not a request it can put sources into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InjectError {
+    /// The body is not a JSON object (see [`super::inspect`]).
+    Invalid(RequestError),
+    /// The body has no `messages` array to put a message into.
+    NoMessages,
+}
+
+impl fmt::Display for InjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InjectError::Invalid(e) => write!(f, "cannot inject sources: {e}"),
+            InjectError::NoMessages => f.write_str("cannot inject sources: no messages array"),
+        }
+    }
+}
+
+impl std::error::Error for InjectError {}
+
+/// Renders the sources block as plain text (not yet JSON-escaped).
+///
+/// # Example
+/// ```
+/// use citestream::request::{render_sources, Template};
+/// use citestream::sources::{Source, Sources};
+///
+/// let s = Sources::new(vec![Source { title: Some("T".into()), url: Some("https://t/".into()), ..Default::default() }]);
+/// let t = Template { header: "H\n".into(), source: "[{n}] {title} <{url}>".into(), separator: "\n".into(), footer: String::new() };
+/// assert_eq!(render_sources(&t, &s), "H\n[1] T <https://t/>");
+/// ```
+#[must_use]
+pub fn render_sources(template: &Template, sources: &Sources) -> String {
+    let mut out = template.header.clone();
+    for (i, s) in sources.list().iter().enumerate() {
+        if i > 0 {
+            out.push_str(&template.separator);
+        }
+        render_one(&mut out, &template.source, i + 1, s);
+    }
+    out.push_str(&template.footer);
+    out
+}
+
+fn render_one(out: &mut String, tpl: &str, n: usize, s: &Source) {
+    let mut rest = tpl;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open..];
+        let close = after.find('}');
+        let value: Option<std::borrow::Cow<'_, str>> = close.and_then(|c| {
+            fn f(o: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
+                Some(o.as_deref().unwrap_or("").into())
+            }
+            match &after[1..c] {
+                "n" => Some(n.to_string().into()),
+                "title" => f(&s.title),
+                "url" => f(&s.url),
+                "text" => f(&s.text),
+                "heading" => f(&s.heading),
+                "author" => f(&s.author),
+                "year" => f(&s.year),
+                "reference" => f(&s.reference),
+                _ => None,
+            }
+        });
+        match (value, close) {
+            (Some(v), Some(c)) => {
+                out.push_str(&v);
+                rest = &after[c + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = &after[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+}
+
+/// Returns `body` with the numbered `sources` put in front of the model as
+/// [`InjectOptions`] say. The block is JSON-escaped by serde_json, so any
+/// title or snippet (quotes, backslashes, control characters) yields valid
+/// JSON; the rest of the body is copied byte for byte around the insertion.
+/// With no sources, `body` is returned unchanged.
+///
+/// Use it on the body [`super::inspect`] returned (without `web_search`).
+///
+/// # Example
+/// ```
+/// use citestream::request::{inject, Endpoint, InjectOptions};
+/// use citestream::sources::{Source, Sources};
+///
+/// let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+/// let s = Sources::new(vec![Source { title: Some("A \"q\"".into()), ..Default::default() }]);
+/// let out = inject(Endpoint::ChatCompletions, body, &s, &InjectOptions::default()).unwrap();
+/// let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+/// assert_eq!(v["messages"][0]["content"][1]["text"], "hi");
+/// assert!(v["messages"][0]["content"][0]["text"].as_str().unwrap().contains("[1] A \"q\""));
+/// ```
+///
+/// # Errors
+/// [`InjectError::Invalid`] when `body` is not a JSON object;
+/// [`InjectError::NoMessages`] when it has no `messages` array and the
+/// block would go into one (chat without a `user` message).
+///
+/// # Panics
+/// Never panics.
+pub fn inject(
+    endpoint: Endpoint,
+    body: &[u8],
+    sources: &Sources,
+    options: &InjectOptions,
+) -> Result<Vec<u8>, InjectError> {
+    let (start, ms) = super::top_members(endpoint, body).map_err(InjectError::Invalid)?;
+    if sources.is_empty() {
+        return Ok(body.to_vec());
+    }
+    let b = body;
+    let mut lit = String::new();
+    push_json_str(&mut lit, &render_sources(&options.template, sources));
+    let block_part = format!("{{\"type\":\"text\",\"text\":{lit}}}");
+
+    // (range to replace, replacement); an empty range inserts.
+    let edit: (std::ops::Range<usize>, String);
+    let msgs = super::messages(b, &ms);
+
+    let user = match (options.placement, &msgs) {
+        (Placement::UserMessage, Some((_, list))) => super::last_user(b, list).map(|i| &list[i]),
+        _ => None,
+    };
+
+    if let Some((mrange, mm)) = user {
+        edit = match scan::find(b, mm, "content") {
+            Some(c) => {
+                let v = c.value.clone();
+                match b.get(v.start) {
+                    Some(b'"') => {
+                        let orig = String::from_utf8_lossy(&b[v.clone()]);
+                        (
+                            v,
+                            format!("[{block_part},{{\"type\":\"text\",\"text\":{orig}}}]"),
+                        )
+                    }
+                    Some(b'[') => {
+                        let empty = scan::elements(b, v.start).is_none_or(|e| e.is_empty());
+                        let at = v.start + 1;
+                        (
+                            at..at,
+                            if empty {
+                                block_part
+                            } else {
+                                format!("{block_part},")
+                            },
+                        )
+                    }
+                    _ => (v, format!("[{block_part}]")),
+                }
+            }
+            None => {
+                let at = mrange.start + 1;
+                let sep = if mm.is_empty() { "" } else { "," };
+                (at..at, format!("\"content\":[{block_part}]{sep}"))
+            }
+        };
+    } else {
+        match endpoint {
+            Endpoint::ChatCompletions => {
+                let Some((arr, list)) = &msgs else {
+                    return Err(InjectError::NoMessages);
+                };
+                let at = arr.start + 1;
+                let sep = if list.is_empty() && arr_is_empty(b, arr.start) {
+                    ""
+                } else {
+                    ","
+                };
+                edit = (
+                    at..at,
+                    format!("{{\"role\":\"system\",\"content\":{lit}}}{sep}"),
+                );
+            }
+            Endpoint::Messages => {
+                edit = match scan::find(b, &ms, "system") {
+                    Some(s) => {
+                        let v = s.value.clone();
+                        match b.get(v.start) {
+                            Some(b'"') => {
+                                let orig = String::from_utf8_lossy(&b[v.clone()]);
+                                (
+                                    v,
+                                    format!("[{{\"type\":\"text\",\"text\":{orig}}},{block_part}]"),
+                                )
+                            }
+                            Some(b'[') => {
+                                let at = v.end - 1;
+                                let sep = if arr_is_empty(b, v.start) { "" } else { "," };
+                                (at..at, format!("{sep}{block_part}"))
+                            }
+                            _ => (v, lit),
+                        }
+                    }
+                    None => {
+                        let end = scan::skip_value(b, start).unwrap_or(b.len());
+                        let at = end.saturating_sub(1);
+                        let sep = if ms.is_empty() { "" } else { "," };
+                        (at..at, format!("{sep}\"system\":{lit}"))
+                    }
+                };
+            }
+        }
+    }
+
+    let (r, text) = edit;
+    let mut out = Vec::with_capacity(b.len() + text.len());
+    out.extend_from_slice(&b[..r.start]);
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&b[r.end..]);
+    Ok(out)
+}
+
+fn arr_is_empty(b: &[u8], at: usize) -> bool {
+    scan::elements(b, at).is_none_or(|e| e.is_empty())
+}
