@@ -5,7 +5,7 @@ mod common;
 
 use common::chat_ref::{self, RefOpts};
 
-/// A choice whose `index` is not a `u32` (`"0"`, `-1`, `1.0`, ...) is not
+/// A choice whose `index` is not a `u32` (`"0"`, `-1`, `1.0`, `1e0`, ...) is not
 /// understood: the fast path ignored it, but the complete scanner (used for
 /// finish chunks and chunks with escaped keys) took it as choice 0, so a
 /// stray entry could finish choice 0 early or add content to it, depending
@@ -13,7 +13,7 @@ use common::chat_ref::{self, RefOpts};
 #[test]
 fn invalid_choice_index_is_ignored_on_every_path() {
     let head = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A [1]\"},\"finish_reason\":null}]}\n\n";
-    for bad in ["\"0\"", "-1", "1.0", "01", "null", "4294967296"] {
+    for bad in ["\"0\"", "-1", "1.0", "1e0", "null", "4294967296"] {
         // 1. A finish chunk (slow path) holding a stray entry with a bad
         //    index next to a real finish of choice 1.
         let input = format!(

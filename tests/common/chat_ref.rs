@@ -439,16 +439,18 @@ fn envelope(chunk: &J) -> Vec<(&'static str, J)> {
         .collect()
 }
 
-/// A choice index as the spec reads it: a plain non-negative integer;
-/// anything else (or none) is choice 0.
-fn choice_index(c: &J) -> u32 {
+/// A choice index: a plain non-negative integer that fits `u32`; a choice
+/// without `index` is choice 0; any other value (a string, `1.0`, `-1`,
+/// `01`, ...) is not a choice we understand, and is ignored.
+fn choice_index(c: &J) -> Option<u32> {
     match c.get("index") {
+        None => Some(0),
         Some(J::Num(s))
             if s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0')) =>
         {
-            s.parse().unwrap_or(0)
+            s.parse().ok()
         }
-        _ => 0,
+        _ => None,
     }
 }
 
@@ -522,10 +524,9 @@ pub fn expect_chat(input: &[u8], sources: &[Source], o: &RefOpts) -> Expected {
         };
         // Content first (the finish chunk's own content counts).
         for c in &list {
-            let idx = choice_index(c);
-            if idx >= MAX_CHOICES {
+            let Some(idx) = choice_index(c).filter(|&i| i < MAX_CHOICES) else {
                 continue;
-            }
+            };
             while choices.len() <= idx as usize {
                 choices.push(RefChoice::default());
             }
@@ -541,8 +542,10 @@ pub fn expect_chat(input: &[u8], sources: &[Source], o: &RefOpts) -> Expected {
         let mut ending: Vec<usize> = Vec::new();
         let mut ending_idx: Vec<u32> = Vec::new();
         for (k, c) in list.iter().enumerate() {
-            let idx = choice_index(c);
-            if idx >= MAX_CHOICES || !matches!(c.get("finish_reason"), Some(J::Str(_))) {
+            let Some(idx) = choice_index(c).filter(|&i| i < MAX_CHOICES) else {
+                continue;
+            };
+            if !matches!(c.get("finish_reason"), Some(J::Str(_))) {
                 continue;
             }
             if ending_idx.contains(&idx) || choices[idx as usize].finished {
