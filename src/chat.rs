@@ -623,9 +623,12 @@ impl ChatStream {
     /// than `n` choices finished, an unterminated last event's bytes) is
     /// queued for [`next_output`](ChatStream::next_output).
     pub fn finish(&mut self) {
-        // Drain complete frames first.
+        // Handle complete frames first (a caller may call `finish` without
+        // draining); the hot path returns its piece instead of queueing it.
         while let Some(f) = self.parser.next_frame() {
-            self.handle(f);
+            if let Some(b) = self.handle(f) {
+                self.out.push_back(b);
+            }
         }
         if self.ended {
             return;

@@ -64,3 +64,55 @@ data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\"
         assert_eq!(found[0].1.as_array().unwrap().len(), 1, "{bad}");
     }
 }
+
+/// `finish` handles the complete frames still in the parser; it queued
+/// only the pieces of modified events and dropped every pass-through event
+/// (the hot path returned them instead of queueing them), so a caller that
+/// fed everything and called `finish` before draining lost most of the
+/// stream.
+#[test]
+fn finish_before_draining_loses_nothing() {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use citestream::{ChatStream, MessagesStream, Sources, StreamRewriter};
+
+    let sources = Arc::new(Sources::new(chat_ref::make_sources(3)));
+    let o = RefOpts::default();
+    for (input, chat) in [
+        (&include_bytes!("../examples/lisbon/upstream.sse")[..], true),
+        (
+            include_bytes!("fixtures/upstream/perplexity_sonar_citations.sse"),
+            true,
+        ),
+        (
+            include_bytes!("fixtures/upstream/anthropic_basic_ping.sse"),
+            false,
+        ),
+    ] {
+        let mut rw: Box<dyn StreamRewriter> = if chat {
+            Box::new(ChatStream::new(sources.clone(), o.rewrite_options()))
+        } else {
+            Box::new(MessagesStream::new(sources.clone(), o.rewrite_options()))
+        };
+        let drained = chat_ref::drive(rw.as_mut(), &[input]);
+        let mut rw: Box<dyn StreamRewriter> = if chat {
+            Box::new(ChatStream::new(sources.clone(), o.rewrite_options()))
+        } else {
+            Box::new(MessagesStream::new(sources.clone(), o.rewrite_options()))
+        };
+        // Two pieces, no draining in between, then finish.
+        let (a, b) = input.split_at(input.len() / 2);
+        rw.feed(Bytes::copy_from_slice(a));
+        rw.feed(Bytes::copy_from_slice(b));
+        rw.finish();
+        let mut out = Vec::new();
+        while let Some(x) = rw.next_output() {
+            out.extend_from_slice(&x);
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&drained)
+        );
+    }
+}
