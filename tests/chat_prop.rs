@@ -418,6 +418,7 @@ proptest! {
         unit in unit_strategy(),
         dialect in dialect_strategy(),
         extra_n in 0..2u32,
+        only_cited in any::<bool>(),
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
     ) {
         let (input, contents) = build(&spec);
@@ -425,7 +426,8 @@ proptest! {
         let o = RefOpts {
             dialect,
             unit,
-            n: spec.choices.len() as u32 + extra_n,
+            n: (spec.choices.len() as u32 + extra_n).saturating_sub(u32::from(only_cited && extra_n == 0)).max(1),
+            only_cited,
             ..RefOpts::default()
         };
         let (whole, ex, found) = chat_ref::check_chat("prop", &input, &sources, &o, &[1, 3]);

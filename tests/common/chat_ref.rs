@@ -490,6 +490,9 @@ pub fn expect_chat(input: &[u8], sources: &[Source], o: &RefOpts) -> Expected {
     let mut last_env: Vec<(&'static str, J)> = Vec::new();
     let mut items = Vec::new();
     let mut cited = vec![false; sources.len() + 1];
+    // The cited set when the top-level additions are made (later finishes
+    // cannot change what was already sent).
+    let mut cited_at_top: Option<Vec<bool>> = None;
 
     let flush = |items: &mut Vec<Item>, top_done: &mut bool, finished: u32, env: &Vec<_>| {
         if !*top_done && finished > 0 {
@@ -511,6 +514,9 @@ pub fn expect_chat(input: &[u8], sources: &[Source], o: &RefOpts) -> Expected {
         }
         if e.data() == b"[DONE]" {
             flush(&mut items, &mut top_done, finished, &last_env);
+            if top_done && cited_at_top.is_none() {
+                cited_at_top = Some(cited.clone());
+            }
             items.push(Item::Same(e.raw().clone()));
             continue;
         }
@@ -570,6 +576,9 @@ pub fn expect_chat(input: &[u8], sources: &[Source], o: &RefOpts) -> Expected {
         last_env = env.clone();
         let top = !top_done && finished >= o.n;
         top_done |= top;
+        if top {
+            cited_at_top = Some(cited.clone());
+        }
         let annotated: Vec<(usize, u32)> = ending
             .iter()
             .zip(&ending_idx)
@@ -627,7 +636,7 @@ pub fn expect_chat(input: &[u8], sources: &[Source], o: &RefOpts) -> Expected {
     items.extend(tail.map(Item::Same));
     ex.top = top_done;
     ex.items = items;
-    ex.cited = cited;
+    ex.cited = cited_at_top.unwrap_or(cited);
     ex
 }
 
