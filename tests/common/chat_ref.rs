@@ -1115,3 +1115,120 @@ pub fn make_sources(n: usize) -> Vec<Source> {
         })
         .collect()
 }
+
+// ---------------------------------------------------------------------------
+// Helpers for the fuzz targets (fuzz/fuzz_targets/chat_*.rs include this
+// file with `#[path]`).
+// ---------------------------------------------------------------------------
+
+/// Options from one fuzz byte: dialect, unit, `n`, `only_cited`.
+pub fn opts_from_byte(b: u8, max_event_size: Option<usize>) -> RefOpts {
+    RefOpts {
+        dialect: [
+            Dialect::SOURCES,
+            Dialect::CITATIONS,
+            Dialect::BOTH,
+            Dialect::SOURCES,
+        ][usize::from(b & 3)],
+        unit: [
+            OffsetUnit::Chars,
+            OffsetUnit::Utf16,
+            OffsetUnit::Bytes,
+            OffsetUnit::Chars,
+        ][usize::from((b >> 2) & 3)],
+        n: u32::from((b >> 4) & 3) + 1,
+        only_cited: b & 0x40 != 0,
+        max_event_size,
+    }
+}
+
+/// A chat stream made of fuzz bytes: pieces separated by `0xFF`; each
+/// piece's first byte picks the choice (bits 0-1), whether it finishes
+/// (bit 2), content or not (bit 3), a usage-only chunk after it (bit 4),
+/// `[DONE]` after it (bit 5), CRLF framing (bit 6), multi-line data
+/// (bit 7); the rest is put raw between the quotes of `delta.content`
+/// (so it may be invalid JSON, which must then pass through).
+pub fn chat_stream_from_fuzz(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for piece in data.split(|&b| b == 0xFF) {
+        let Some((&c, content)) = piece.split_first() else {
+            continue;
+        };
+        let eol: &[u8] = if c & 64 != 0 { b"\r\n" } else { b"\n" };
+        let mut d = format!(
+            "{{\"id\":\"f\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":{},\"delta\":{{",
+            c & 3
+        )
+        .into_bytes();
+        if c & 8 != 0 {
+            d.extend_from_slice(b"\"content\":\"");
+            d.extend_from_slice(content);
+            d.push(b'"');
+        }
+        d.extend_from_slice(b"},\"finish_reason\":");
+        d.extend_from_slice(if c & 4 != 0 { b"\"stop\"" } else { b"null" });
+        d.extend_from_slice(b"}]}");
+        let sep: &[u8] = if c & 128 != 0 { b"\ndata: " } else { b"" };
+        out.extend_from_slice(b"data: ");
+        // Multi-line data: break after the first comma.
+        if let Some(k) = d.iter().position(|&b| b == b',') {
+            out.extend_from_slice(&d[..=k]);
+            out.extend_from_slice(sep);
+            out.extend_from_slice(&d[k + 1..]);
+        } else {
+            out.extend_from_slice(&d);
+        }
+        out.extend_from_slice(eol);
+        out.extend_from_slice(eol);
+        if c & 16 != 0 {
+            out.extend_from_slice(
+                b"data: {\"id\":\"f\",\"choices\":[],\"usage\":{\"total_tokens\":1}}",
+            );
+            out.extend_from_slice(eol);
+            out.extend_from_slice(eol);
+        }
+        if c & 32 != 0 {
+            out.extend_from_slice(b"data: [DONE]");
+            out.extend_from_slice(eol);
+            out.extend_from_slice(eol);
+        }
+    }
+    out
+}
+
+/// A messages stream made of fuzz bytes: pieces separated by `0xFF`; each
+/// piece's first byte picks the event (`message_start`, text delta,
+/// `content_block_stop`, `message_delta`, `message_stop`, `ping`, `error`,
+/// an event without `event:` line); the rest goes raw into its text.
+pub fn messages_stream_from_fuzz(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for piece in data.split(|&b| b == 0xFF) {
+        let Some((&c, text)) = piece.split_first() else {
+            continue;
+        };
+        let text = || text.to_vec();
+        let (ev, d): (&str, Vec<u8>) = match c & 7 {
+            0 => ("message_start", b"{\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"content\":[]}}".to_vec()),
+            1 => ("content_block_delta", [&b"{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\""[..], &text(), b"\"}}"].concat()),
+            2 => ("content_block_stop", b"{\"type\":\"content_block_stop\",\"index\":0}".to_vec()),
+            3 => ("message_delta", [&b"{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"x\":\""[..], &text(), b"\"},\"usage\":{\"output_tokens\":3}}"].concat()),
+            4 => ("message_stop", b"{\"type\":\"message_stop\"}".to_vec()),
+            5 => ("ping", b"{\"type\": \"ping\"}".to_vec()),
+            6 => ("error", b"{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}".to_vec()),
+            _ => ("", [&b"{\"type\":\"message_delta\",\"delta\":{},\"t\":\""[..], &text(), b"\"}"].concat()),
+        };
+        let eol: &[u8] = if c & 8 != 0 { b"\r\n" } else { b"\n" };
+        if !ev.is_empty() {
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(ev.as_bytes());
+            out.extend_from_slice(eol);
+        }
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(&d);
+        out.extend_from_slice(eol);
+        if c & 16 == 0 {
+            out.extend_from_slice(eol);
+        }
+    }
+    out
+}
