@@ -566,12 +566,11 @@ fn whole_body_replaces_upstream_top_level_members() {
 
 #[test]
 fn messages_without_message_delta_or_with_error() {
-    for name in ["anthropic_event_error_overloaded.sse"] {
-        let input = fixture(name);
-        let (out, ex) = chat_ref::check_messages(name, &input, &src(3), &RefOpts::default(), READS);
-        assert!(!ex.top);
-        assert_eq!(out, input);
-    }
+    let name = "anthropic_event_error_overloaded.sse";
+    let input = fixture(name);
+    let (out, ex) = chat_ref::check_messages(name, &input, &src(3), &RefOpts::default(), READS);
+    assert!(!ex.top);
+    assert_eq!(out, input);
     // Only the first message_delta; an unrelated `event: message_delta`
     // with other data passes.
     let input = "event: message_delta\ndata: {\"type\":\"ping\"}\n\n\
