@@ -593,3 +593,89 @@ event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{}}\n\n";
     assert_eq!(ev[1].matches("\"sources\"").count(), 1);
     assert_eq!(ev[2], input.split_inclusive("\n\n").nth(2).unwrap());
 }
+
+#[test]
+fn messages_only_cited_streamed_equals_whole_body() {
+    let ev = |t: &str, d: &str| format!("event: {t}\ndata: {d}\n\n");
+    let input = [
+        ev("message_start", r#"{"type":"message_start","message":{"id":"m","type":"message","content":[]}}"#),
+        ev("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#),
+        ev("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"[3]"}}"#),
+        ev("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+        ev("content_block_start", r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#),
+        ev("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"A [2] and `[1]`, "}}"#),
+        ev("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"[4"}}"#),
+        ev("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"]."}}"#),
+        ev("content_block_stop", r#"{"type":"content_block_stop","index":1}"#),
+        ev("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#),
+        ev("message_stop", r#"{"type":"message_stop"}"#),
+    ]
+    .concat();
+    let o = RefOpts {
+        dialect: Dialect::CITATIONS,
+        only_cited: true,
+        ..RefOpts::default()
+    };
+    let (out, ex) = chat_ref::check_messages("only_cited", input.as_bytes(), &src(4), &o, READS);
+    assert!(ex.top);
+    let ev = events(&out);
+    let streamed = data(&ev[9])["citations"].clone();
+    let idx: Vec<u64> = streamed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["document_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        idx,
+        [1, 3],
+        "[2] and [4] cited; `[1]` is code, [3] is thinking"
+    );
+    let body = r#"{"type":"message","content":[{"type":"thinking","thinking":"[3]"},{"type":"text","text":"A [2] and `[1]`, [4]."}]}"#;
+    let whole =
+        messages::rewrite_body(body.as_bytes(), &Sources::new(src(4)), &o.rewrite_options());
+    let v: Value = serde_json::from_slice(&whole).unwrap();
+    assert_eq!(v["citations"], streamed);
+}
+
+#[test]
+fn whole_body_ignores_reasoning_refusal_and_tool_arguments() {
+    let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"x [2]","reasoning_content":"[1]","refusal":"[1]","tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"[1]"}}]},"finish_reason":"stop"},{"index":1,"message":{"content":null,"tool_calls":[]}}]}"#;
+    let out = chat::rewrite_body(
+        body.as_bytes(),
+        &Sources::new(src(2)),
+        &opts(Dialect::SOURCES),
+    );
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let a = v["choices"][0]["message"]["annotations"]
+        .as_array()
+        .unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0]["url_citation"]["start_index"], 2);
+    assert_eq!(v["choices"][1]["message"]["annotations"], json!([]));
+}
+
+#[test]
+fn choice_indices_beyond_the_limit_pass_through() {
+    let input = [
+        chunk("c", &delta(200, "A [1]", None), ""),
+        chunk("c", &delta(200, "", Some("stop")), ""),
+        chunk("c", &delta(0, "B [1]", None), ""),
+        chunk("c", &delta(0, "", Some("stop")), ""),
+    ]
+    .concat();
+    let (out, _, found) = chat_ref::check_chat(
+        "limit",
+        input.as_bytes(),
+        &src(1),
+        &RefOpts::default(),
+        READS,
+    );
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].0, 0);
+    let ev = events(&out);
+    assert_eq!(
+        ev[..2].concat(),
+        input.split_inclusive("\n\n").take(2).collect::<String>()
+    );
+}

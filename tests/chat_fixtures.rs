@@ -110,6 +110,8 @@ fn messages_fixtures_all_read_sizes() {
             for dialect in DIALECTS {
                 let o = RefOpts {
                     dialect,
+                    // The cited subset (from the text deltas) with both.
+                    only_cited: dialect == Dialect::BOTH,
                     ..RefOpts::default()
                 };
                 let ctx = format!("{name} sources={nsrc} {dialect:?}");

@@ -37,9 +37,7 @@ fuzz_target!(|case: Case| {
     } else {
         case.data
     };
-    let mut o = chat_ref::opts_from_byte(case.opts, case.limit.map(|l| usize::from(l) % 2048));
-    // `only_cited` needs the text of the message: not checked here.
-    o.only_cited = false;
+    let o = chat_ref::opts_from_byte(case.opts, case.limit.map(|l| usize::from(l) % 2048));
     let list = chat_ref::make_sources(usize::from(case.sources % 5));
     let sources = Arc::new(Sources::new(list.clone()));
     let new = || MessagesStream::new(sources.clone(), o.rewrite_options());

@@ -645,13 +645,36 @@ pub fn expect_messages(input: &[u8], sources: &[Source], o: &RefOpts) -> Expecte
     let (frames, tail) = frames(input, &o.sse_config());
     let mut ex = Expected::default();
     let mut done = sources.is_empty();
+    // The message's text (for `only_cited`): every `text_delta`, blocks
+    // separated as paragraphs, as in the whole-body rewrite.
+    let mut text: Vec<u8> = Vec::new();
     for f in &frames {
+        if let Frame::Event(e) = f
+            && !done
+        {
+            match e.event_type() {
+                b"content_block_delta" => {
+                    if let Some(d) = parse(e.data()).and_then(|j| j.get("delta").cloned())
+                        && d.get("type") == Some(&J::Str(b"text_delta".to_vec()))
+                        && let Some(J::Str(t)) = d.get("text")
+                    {
+                        text.extend_from_slice(t);
+                    }
+                }
+                b"content_block_stop" => text.extend_from_slice(b"\\n\\n"),
+                _ => {}
+            }
+        }
         match f {
             Frame::Event(e) if !done && matches!(e.event_type(), b"message_delta" | b"message") => {
                 match parse(e.data()) {
                     Some(d) if d.get("type") == Some(&J::Str(b"message_delta".to_vec())) => {
                         done = true;
                         ex.top = true;
+                        ex.cited = vec![false; sources.len() + 1];
+                        for m in markers_of(&text, sources.len(), o.unit) {
+                            ex.cited[m.number as usize] = true;
+                        }
                         ex.items.push(Item::Top {
                             orig: d,
                             event: e.clone(),
