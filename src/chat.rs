@@ -407,15 +407,21 @@ impl Cur<'_> {
 /// reads `choices[].index`, `choices[].delta.content` and whether
 /// `choices[].finish_reason` is a string. Returns `Ok(false)` when a key
 /// has escapes, so the complete scanner must decide (rare).
-fn fast_scan(d: &[u8], out: &mut Vec<FastChoice>) -> Result<bool, Invalid> {
+fn fast_scan(
+    d: &[u8],
+    out: &mut Vec<FastChoice>,
+    holes: &mut Vec<Range<usize>>,
+) -> Result<bool, Invalid> {
     out.clear();
+    holes.clear();
     let mut c = Cur { b: d, i: 0 };
     c.ws();
     c.eat(b'{')?;
     if !c.empty(b'}') {
         loop {
             let Some(k) = c.key()? else { return Ok(false) };
-            if &d[k] == b"choices" && c.peek() == b'[' {
+            let key = &d[k];
+            if key == b"choices" && c.peek() == b'[' {
                 c.i += 1;
                 out.clear();
                 if !c.empty(b']') {
@@ -432,6 +438,14 @@ fn fast_scan(d: &[u8], out: &mut Vec<FastChoice>) -> Result<bool, Invalid> {
                         }
                     }
                 }
+            } else if c.peek() == b'"'
+                && !matches!(key, b"id" | b"object" | b"model" | b"system_fingerprint")
+            {
+                // A top-level string that may vary from chunk to chunk
+                // (`obfuscation`, say): a hole in a learned template.
+                let s = c.i;
+                c.skip(1)?;
+                holes.push(s..c.i);
             } else {
                 c.skip(1)?;
             }
@@ -506,6 +520,96 @@ fn fast_choice(c: &mut Cur<'_>, out: &mut Vec<FastChoice>) -> Result<bool, Inval
     Ok(true)
 }
 
+/// Largest chunk a [`Template`] is learned from.
+const MAX_TEMPLATE: usize = 4096;
+
+/// The shape of the last plain content chunk, learned so the next ones can
+/// be checked with a few comparisons instead of a full scan.
+///
+/// Chunks of one stream are nearly identical: the same `id`, `model`,
+/// `created`, keys and punctuation, only the content string (and a few
+/// top-level strings such as `obfuscation`) vary. A template is the learned
+/// chunk cut at those strings ("holes"). A chunk made of the same literal
+/// segments with a valid JSON string in each hole parses exactly like the
+/// chunk the template was learned from, except for those strings, so it is
+/// valid JSON with the same choice index, no `finish_reason`, and its
+/// content in the content hole. Anything else takes the full scan.
+#[derive(Clone, Debug, Default)]
+struct Template {
+    /// The literal segments, concatenated.
+    literal: Vec<u8>,
+    /// End of each segment in `literal`; holes lie between segments.
+    seg_ends: Vec<usize>,
+    content_hole: usize,
+    index: u32,
+    valid: bool,
+}
+
+impl Template {
+    /// The content's raw body if `d` matches.
+    #[inline]
+    fn matches(&self, d: &[u8]) -> Option<Range<usize>> {
+        if !self.valid {
+            return None;
+        }
+        let mut pos = 0;
+        let mut lit = 0;
+        let mut content = None;
+        let last = self.seg_ends.len() - 1;
+        for (h, &end) in self.seg_ends.iter().enumerate() {
+            let seg = &self.literal[lit..end];
+            if !d.get(pos..)?.starts_with(seg) {
+                return None;
+            }
+            pos += seg.len();
+            lit = end;
+            if h == last {
+                return (pos == d.len()).then_some(content?);
+            }
+            let (s_end, _) = json::scan_string(d, pos).ok()?;
+            if h == self.content_hole {
+                content = Some(pos + 1..s_end - 1);
+            }
+            pos = s_end;
+        }
+        None
+    }
+
+    /// Learns from a chunk the full scan found to be a plain content chunk
+    /// of one choice: `content` is the content's raw body, `holes` other
+    /// varying top-level string tokens.
+    fn learn(&mut self, d: &[u8], index: u32, content: &Range<usize>, holes: &[Range<usize>]) {
+        self.valid = false;
+        if d.len() > MAX_TEMPLATE || holes.len() > 8 {
+            return;
+        }
+        let content_tok = content.start - 1..content.end + 1;
+        let mut cuts: [Range<usize>; 9] = Default::default();
+        cuts[0] = content_tok.clone();
+        cuts[1..=holes.len()].clone_from_slice(holes);
+        let cuts = &mut cuts[..=holes.len()];
+        cuts.sort_by_key(|r| r.start);
+        self.literal.clear();
+        self.seg_ends.clear();
+        let mut at = 0;
+        for (k, h) in cuts.iter().enumerate() {
+            if h.start < at {
+                return;
+            }
+            self.literal.extend_from_slice(&d[at..h.start]);
+            self.seg_ends.push(self.literal.len());
+            if *h == content_tok {
+                self.content_hole = k;
+            }
+            at = h.end;
+        }
+        self.literal.extend_from_slice(&d[at..]);
+        self.seg_ends.push(self.literal.len());
+        self.index = index;
+        self.valid = true;
+    }
+}
+
 #[derive(Clone, Debug)]
 struct ChoiceState {
     tracker: MarkerTracker,
@@ -572,6 +676,8 @@ pub struct ChatStream {
     scan: ChunkScan,
     scans: Vec<ChoiceScan>,
     fast: Vec<FastChoice>,
+    holes: Vec<Range<usize>>,
+    template: Template,
     ended: bool,
 }
 
@@ -604,6 +710,8 @@ impl ChatStream {
             scan: ChunkScan::default(),
             scans: Vec::with_capacity(2),
             fast: Vec::with_capacity(2),
+            holes: Vec::with_capacity(2),
+            template: Template::default(),
             ended: false,
         }
     }
@@ -683,8 +791,19 @@ impl ChatStream {
             self.flush_pending_top();
             return self.emit(e.raw().clone());
         }
+        if let Some(r) = self.template.matches(d) {
+            // The hot path: a content chunk shaped like the previous one.
+            let index = self.template.index;
+            if let Some(st) = self.choice(index) {
+                if !st.finished {
+                    st.tracker.push_json(&d[r]);
+                }
+            }
+            return self.emit(e.raw().clone());
+        }
         let mut fast = std::mem::take(&mut self.fast);
-        let out = match fast_scan(d, &mut fast) {
+        let mut holes = std::mem::take(&mut self.holes);
+        let out = match fast_scan(d, &mut fast, &mut holes) {
             Err(Invalid) => self.emit(e.raw().clone()),
             Ok(true) => {
                 let mut finishing = false;
@@ -700,6 +819,16 @@ impl ChatStream {
                     }
                     finishing |= fc.finish;
                 }
+                if let [
+                    FastChoice {
+                        index: Some(i),
+                        content: Some(r),
+                        finish: false,
+                    },
+                ] = &fast[..]
+                {
+                    self.template.learn(d, *i, r, &holes);
+                }
                 if finishing {
                     self.slow_path(&e, true)
                 } else {
@@ -709,6 +838,7 @@ impl ChatStream {
             Ok(false) => self.slow_path(&e, false),
         };
         self.fast = fast;
+        self.holes = holes;
         out
     }
 

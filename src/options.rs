@@ -118,9 +118,9 @@ pub trait StreamRewriter {
 #[derive(Debug)]
 pub enum Rewriter {
     /// `/v1/chat/completions`.
-    Chat(crate::ChatStream),
+    Chat(Box<crate::ChatStream>),
     /// `/v1/messages`.
-    Messages(crate::MessagesStream),
+    Messages(Box<crate::MessagesStream>),
 }
 
 impl StreamRewriter for Rewriter {

@@ -284,11 +284,12 @@ impl ResponsePlan {
         opts.n(self.n);
         match self.endpoint {
             Endpoint::ChatCompletions => {
-                crate::Rewriter::Chat(crate::ChatStream::new(self.sources.clone(), opts))
+                crate::Rewriter::Chat(Box::new(crate::ChatStream::new(self.sources.clone(), opts)))
             }
-            Endpoint::Messages => {
-                crate::Rewriter::Messages(crate::MessagesStream::new(self.sources.clone(), opts))
-            }
+            Endpoint::Messages => crate::Rewriter::Messages(Box::new(crate::MessagesStream::new(
+                self.sources.clone(),
+                opts,
+            ))),
         }
     }
 

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
 /// Default for [`Config::max_event_size`]: 1 MiB.
 pub const DEFAULT_MAX_EVENT_SIZE: usize = 1 << 20;
@@ -388,9 +388,30 @@ impl Parser {
     /// Queues an input piece. Cheap: nothing is parsed until
     /// [`next_frame`](Parser::next_frame). Empty pieces are ignored.
     pub fn feed(&mut self, chunk: Bytes) {
-        if !chunk.is_empty() {
-            self.queue.push_back(chunk);
+        if chunk.is_empty() {
+            return;
         }
+        // Tiny reads (a byte or a few at a time) in the middle of a line:
+        // gather them right away, exactly as `next_frame` would, without
+        // queueing and scanning machinery. Anything with a line end, or
+        // that could reach the size limit, takes the general path.
+        if chunk.len() <= 16
+            && self.cur.is_empty()
+            && self.queue.is_empty()
+            && !self.after_cr
+            && self.bom.is_none()
+            && !self.discard
+            && self.partial.len() + chunk.len() <= self.max
+            && !chunk.iter().any(|&b| b == b'\n' || b == b'\r')
+        {
+            if let [b] = chunk[..] {
+                self.partial.put_u8(b);
+            } else {
+                self.partial.extend_from_slice(&chunk);
+            }
+            return;
+        }
+        self.queue.push_back(chunk);
     }
 
     /// Ends the input. Returns the bytes of an unterminated last block (and
@@ -436,6 +457,9 @@ impl Parser {
     /// Never panics.
     #[must_use]
     pub fn next_frame(&mut self) -> Option<Frame> {
+        if self.cur.is_empty() && self.queue.is_empty() {
+            return None;
+        }
         loop {
             if self.pos >= self.cur.len() {
                 let chunk = std::mem::take(&mut self.cur);
@@ -504,6 +528,11 @@ impl Parser {
                 }
                 continue;
             }
+            if self.pos == self.start && self.partial.is_empty() {
+                if let Some(f) = self.single_data_line(chunk) {
+                    return Some(f);
+                }
+            }
             // Find the end of the current line.
             let Some(i) = memchr::memchr2(b'\n', b'\r', &chunk[self.pos..]) else {
                 self.pos = len;
@@ -534,6 +563,50 @@ impl Parser {
             self.process_line(chunk, line);
         }
         None
+    }
+
+    /// Fast path for the common block `data: <value>` + line end + blank
+    /// line lying whole in the piece: the same event the general loop
+    /// would dispatch, without its per-line bookkeeping. Returns `None`
+    /// (consuming nothing) for anything else.
+    #[inline]
+    fn single_data_line(&mut self, chunk: &Bytes) -> Option<Frame> {
+        let start = self.pos;
+        let rest = &chunk[start..];
+        if !rest.starts_with(b"data:") {
+            return None;
+        }
+        let v = start + 5 + usize::from(rest.get(5) == Some(&b' '));
+        let t = v + memchr::memchr2(b'\n', b'\r', chunk.get(v..)?)?;
+        // The line end, then a blank line; a CR as the piece's last byte
+        // may still pair with an LF: leave that to the general loop.
+        let after = |i: usize| -> Option<usize> {
+            match chunk.get(i)? {
+                b'\n' => Some(i + 1),
+                _ => match chunk.get(i + 1)? {
+                    b'\n' => Some(i + 2),
+                    _ => Some(i + 1),
+                },
+            }
+        };
+        let blank = after(t)?;
+        if !matches!(chunk.get(blank), Some(b'\n' | b'\r')) {
+            return None;
+        }
+        let end = after(blank)?;
+        if blank - start > self.max {
+            return None;
+        }
+        self.pos = end;
+        self.start = end;
+        Some(Frame::Event(Event {
+            raw: chunk.slice(start..end),
+            data: DataRepr::Slice(v - start..t - start),
+            event: None,
+            id: None,
+            retry: None,
+            last_event_id: self.last_event_id.clone(),
+        }))
     }
 
     /// Length of the line end at `chunk[t]` (a CR or LF); notes a CR at the
