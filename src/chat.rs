@@ -165,6 +165,8 @@ fn push_annotations(out: &mut Vec<u8>, sources: &Sources, markers: &[Marker]) {
 #[derive(Clone, Debug, Default)]
 struct ChoiceScan {
     span: Range<usize>,
+    /// `Some(0)` without `index`; `None` when the index is not a `u32`
+    /// (the choice is then ignored, as on the fast path).
     index: Option<u32>,
     /// Raw body of `delta.content` when it is a string.
     content: Option<Range<usize>>,
@@ -256,7 +258,10 @@ fn scan_choices(
             a.skip_value()?;
             continue;
         }
-        let mut c = ChoiceScan::default();
+        let mut c = ChoiceScan {
+            index: Some(0),
+            ..ChoiceScan::default()
+        };
         let mut w = ObjectWalker::new(d, el, a.depth())?;
         while let Some(m) = w.next_member()? {
             if m.key_is(d, "delta") && d[m.value_start] == b'{' {
@@ -726,9 +731,12 @@ impl ChatStream {
     /// than `n` choices finished, an unterminated last event's bytes) is
     /// queued for [`next_output`](ChatStream::next_output).
     pub fn finish(&mut self) {
-        // Drain complete frames first.
+        // Handle complete frames first (a caller may call `finish` without
+        // draining); the hot path returns its piece instead of queueing it.
         while let Some(f) = self.parser.next_frame() {
-            self.handle(f);
+            if let Some(b) = self.handle(f) {
+                self.out.push_back(b);
+            }
         }
         if self.ended {
             return;
@@ -869,7 +877,7 @@ impl ChatStream {
         let d = e.data();
         let mut finishing = false;
         for c in scans {
-            let Some(st) = self.choice(c.index.unwrap_or(0)) else {
+            let Some(st) = c.index.and_then(|i| self.choice(i)) else {
                 continue;
             };
             if st.finished {
@@ -892,7 +900,7 @@ impl ChatStream {
         // Which choices finish here (first finish only), and their markers.
         let mut ending: Vec<(usize, u32)> = Vec::new();
         for (k, c) in scans.iter().enumerate() {
-            let idx = c.index.unwrap_or(0);
+            let Some(idx) = c.index else { continue };
             if c.finish.is_none() || ending.iter().any(|&(_, i)| i == idx) {
                 continue;
             }
