@@ -262,7 +262,14 @@ struct Found {
 impl Found {
     #[inline]
     fn plain(kind: FrameKind, raw: Loc) -> Self {
-        Found { kind, raw, data: None, event: None, id: None, retry: None }
+        Found {
+            kind,
+            raw,
+            data: None,
+            event: None,
+            id: None,
+            retry: None,
+        }
     }
 }
 
@@ -517,7 +524,10 @@ impl Parser {
     /// A parser with the given limits.
     #[must_use]
     pub fn with_config(config: &Config) -> Self {
-        Parser { cur: Bytes::new(), st: State::new(config.max_event_size) }
+        Parser {
+            cur: Bytes::new(),
+            st: State::new(config.max_event_size),
+        }
     }
 
     /// Seeds the last event ID, as a client reconnecting with a
@@ -552,6 +562,9 @@ impl Parser {
     /// [`next_frame`](Parser::next_frame). Empty pieces are ignored.
     pub fn feed(&mut self, chunk: Bytes) {
         let st = &mut self.st;
+        // Let go of the last gathered frame, so the gathering buffer can be
+        // reused once the caller has dropped its copy.
+        st.release_owned();
         if chunk.is_empty() {
             return;
         }
@@ -604,7 +617,11 @@ impl Parser {
         fresh.scratch = std::mem::take(&mut st.scratch);
         *st = fresh;
         self.set_last_event_id(initial);
-        if tail.is_empty() { None } else { Some(tail.freeze()) }
+        if tail.is_empty() {
+            None
+        } else {
+            Some(tail.freeze())
+        }
     }
 
     /// Returns the next complete frame, or `None` when more input is needed.
@@ -720,9 +737,20 @@ impl State {
         self.partial.len() + i - self.start
     }
 
+    #[inline]
+    fn release_owned(&mut self) {
+        if !self.owned.is_empty() {
+            self.owned = Bytes::new();
+        }
+        if !self.joined.is_empty() {
+            self.joined = Bytes::new();
+        }
+    }
+
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
     #[inline]
     fn advance(&mut self, cur: &mut Bytes) -> Option<Found> {
+        self.release_owned();
         loop {
             if self.pos >= cur.len() {
                 if !cur.is_empty() {
