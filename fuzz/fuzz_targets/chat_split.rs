@@ -1,0 +1,72 @@
+//! `ChatStream` gives the same output whatever the chunking: one shot,
+//! split at arbitrary points, one byte at a time, and fed whole then
+//! finished before draining. Raw bytes or a chat-shaped stream built from
+//! the fuzz bytes (`chat_ref::chat_stream_from_fuzz`), any options, 0 to 4
+//! sources, with or without a small event size limit. Never panics.
+#![no_main]
+
+use std::sync::Arc;
+
+use arbitrary::Arbitrary;
+use bytes::Bytes;
+use citestream::{ChatStream, Sources, StreamRewriter};
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../../tests/common/cite_ref.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod cite_ref;
+
+#[path = "../../tests/common/chat_ref.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod chat_ref;
+
+#[derive(Arbitrary, Debug)]
+struct Case {
+    opts: u8,
+    sources: u8,
+    limit: Option<u16>,
+    shaped: bool,
+    cuts: Vec<u16>,
+    data: Vec<u8>,
+}
+
+fuzz_target!(|case: Case| {
+    let input = if case.shaped {
+        chat_ref::chat_stream_from_fuzz(&case.data)
+    } else {
+        case.data
+    };
+    let o = chat_ref::opts_from_byte(case.opts, case.limit.map(|l| usize::from(l) % 2048));
+    let sources = Arc::new(Sources::new(chat_ref::make_sources(usize::from(
+        case.sources % 5,
+    ))));
+    let new = || ChatStream::new(sources.clone(), o.rewrite_options());
+
+    let whole = chat_ref::drive(&mut new(), &[&input]);
+    let mut cuts: Vec<usize> = case
+        .cuts
+        .iter()
+        .map(|&c| usize::from(c) % (input.len() + 1))
+        .collect();
+    cuts.sort_unstable();
+    let split = chat_ref::drive(&mut new(), &chat_ref::split_at(&input, &cuts));
+    assert!(split == whole, "split at {cuts:?} differs");
+    if input.len() <= 4096 {
+        let bytes = chat_ref::drive(&mut new(), &chat_ref::pieces(&input, 1));
+        assert!(bytes == whole, "one byte at a time differs");
+    }
+    // Everything fed, finish, then drain.
+    let mut rw = new();
+    for p in chat_ref::split_at(&input, &cuts) {
+        rw.feed(Bytes::copy_from_slice(p));
+    }
+    StreamRewriter::finish(&mut rw);
+    let mut late = Vec::new();
+    while let Some(b) = rw.next_output() {
+        late.extend_from_slice(&b);
+    }
+    assert!(late == whole, "finish before draining differs");
+    if sources.is_empty() {
+        assert!(whole == input, "no sources: output must be the input");
+    }
+});
