@@ -3,10 +3,12 @@
 and the output of `scripts/callgrind.sh`.
 
 usage: scripts/bench_table.py CRITERION_DIR CALLGRIND_MD
+       scripts/bench_table.py --chat CRITERION_DIR CALLGRIND_MD
 
 CRITERION_DIR is `$CARGO_TARGET_DIR/criterion` (default target/criterion);
 CALLGRIND_MD is what `READS="1 64 1460 16384 whole" scripts/callgrind.sh`
-printed. Times are criterion's median estimates.
+printed (with --chat: `benches/chat.rs` and what `SUITE=chat
+scripts/callgrind.sh` printed). Times are criterion's median estimates.
 """
 import json
 import pathlib
@@ -123,5 +125,60 @@ def main():
                 print("| " + " | ".join(row) + " |")
 
 
+def load_callgrind_chat(path):
+    """(endpoint, input, read, impl) -> (chunks, instructions)"""
+    out = {}
+    for line in pathlib.Path(path).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[3].isdigit():
+            endpoint, inp, read, chunks, impl, ir = cells[:6]
+            out[(endpoint, inp, read, impl)] = (int(chunks), int(ir))
+    return out
+
+
+CHAT_READS = ["1", "1460", "16384", "whole"]
+
+
+def main_chat(crit_dir, cg_path):
+    crit = load_criterion(crit_dir)
+    cg = load_callgrind_chat(cg_path)
+    inputs = [
+        ("chat", "openai_obfuscation_4000"),
+        ("chat", "openai_4000"),
+        ("chat", "fixtures"),
+        ("messages", "anthropic_4000"),
+        ("messages", "fixtures"),
+    ]
+    for endpoint, inp in inputs:
+        group = f"{endpoint}/{inp}"
+        impls = ["citestream", "naive"] + (["conventional"] if endpoint == "chat" else [])
+        base = [b for b in impls if b != "citestream"]
+        chunks = next((v[0] for k, v in cg.items() if k[:2] == (endpoint, inp)), None)
+        size = next((v[1] for k, v in crit.items() if k[0] == group), None)
+        if size is None:
+            continue
+        print(f"#### `{group}`: {size:,} bytes, {chunks:,} chunks\n")
+        head = ["read", "time citestream", "MiB/s", "per chunk"]
+        head += [f"time {b}" for b in base] + [f"{b} / citestream" for b in base]
+        head += [f"instr/chunk {i}" for i in impls] + [f"instr {b} / citestream" for b in base]
+        print("| " + " | ".join(head) + " |")
+        print("|---" * len(head) + "|")
+        for read in CHAT_READS:
+            t = {i: crit.get((group, i, read), (None, None))[0] for i in impls}
+            ir = {i: cg.get((endpoint, inp, read, i), (None, None))[1] for i in impls}
+            c = t["citestream"]
+            row = [{"whole": "whole", "16384": "16 KiB"}.get(read, f"{read} B")]
+            row += [fmt_time(c), f"{size / c * 1e9 / (1 << 20):.0f}", fmt_time(c / chunks)]
+            row += [fmt_time(t[b]) for b in base]
+            row += [f"**{t[b] / c:.1f}x**" for b in base]
+            row += [f"{ir[i] / chunks:,.0f}" if ir[i] else "–" for i in impls]
+            row += [f"{ir[b] / ir['citestream']:.1f}x" if ir[b] and ir["citestream"] else "–" for b in base]
+            print("| " + " | ".join(row) + " |")
+        print()
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--chat":
+        main_chat(sys.argv[2], sys.argv[3])
+    else:
+        main()

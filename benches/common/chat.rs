@@ -422,12 +422,7 @@ const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "system_fingerp
 /// returns the events to send instead of it (content part when split,
 /// annotations chunks, the finish chunk with `sources` when `top`), or
 /// `None` when `v` is to be sent unchanged.
-fn finish_events(
-    setup: &Setup,
-    v: &Value,
-    ending: &[Ending],
-    top: bool,
-) -> Option<Vec<Value>> {
+fn finish_events(setup: &Setup, v: &Value, ending: &[Ending], top: bool) -> Option<Vec<Value>> {
     let with_markers: Vec<_> = ending.iter().filter(|e| !e.2.is_empty()).collect();
     if with_markers.is_empty() && !top {
         return None;
