@@ -51,11 +51,26 @@ pub struct Interpretation {
     pub reconnection_time: Option<u64>,
     /// The reconnection time as it stood after the last complete block.
     pub reconnection_time_at_last_blank_line: Option<u64>,
+    /// The event source's "last event ID string" (set from the buffer at
+    /// every blank line, dispatching or not); the initial ID before that.
+    pub last_event_id: String,
 }
 
 impl Interpretation {
     pub fn keys(&self) -> Vec<RefEvent> {
         self.events.iter().map(RefDetail::key).collect()
+    }
+
+    /// What follows from the complete blocks alone: the events, the
+    /// reconnection time and the last event ID string after the last blank
+    /// line. ([`interpret_limited`] only looks at complete blocks, so its
+    /// `reconnection_time` ignores an unterminated last block.)
+    pub fn complete_blocks(&self) -> (&[RefDetail], Option<u64>, &str) {
+        (
+            &self.events,
+            self.reconnection_time_at_last_blank_line,
+            &self.last_event_id,
+        )
     }
 }
 
@@ -79,7 +94,10 @@ impl State {
             event_type: String::new(),
             last_event_id: initial_last_event_id.unwrap_or("").to_string(),
             block_retry: None,
-            out: Interpretation::default(),
+            out: Interpretation {
+                last_event_id: initial_last_event_id.unwrap_or("").to_string(),
+                ..Interpretation::default()
+            },
         }
     }
 
@@ -131,25 +149,20 @@ impl State {
             // "If the field value does not contain U+0000 NULL, then set the
             // last event ID buffer to the field value. Otherwise, ignore the
             // field."
-            "id" => {
-                if !value.contains('\0') {
-                    self.last_event_id = value.to_string();
-                }
-            }
+            "id" if !value.contains('\0') => self.last_event_id = value.to_string(),
             // "If the field value consists of only ASCII digits, then
             // interpret the field value as an integer in base ten, and set
             // the event stream's reconnection time to that integer.
             // Otherwise, ignore the field." (An empty value is no integer.)
-            "retry" => {
-                if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-                    let n = value.bytes().fold(0u64, |acc, d| {
-                        acc.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-                    });
-                    self.out.reconnection_time = Some(n);
-                    self.block_retry = Some(n);
-                }
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                let n = value.bytes().fold(0u64, |acc, d| {
+                    acc.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                });
+                self.out.reconnection_time = Some(n);
+                self.block_retry = Some(n);
             }
-            // "Otherwise: The field is ignored."
+            // An `id` with NUL, an invalid `retry`, and "Otherwise: The
+            // field is ignored."
             _ => {}
         }
     }
@@ -161,6 +174,7 @@ impl State {
         // 1. "Set the last event ID string of the event source to the value
         //    of the last event ID buffer. The buffer does not get reset."
         let last_event_id = self.last_event_id.clone();
+        self.out.last_event_id = last_event_id.clone();
         // 2. "If the data buffer is an empty string, set the data buffer and
         //    the event type buffer to the empty string and return."
         if self.data.is_empty() {
@@ -309,23 +323,29 @@ pub fn interpret_limited(
 }
 
 /// Event size of each complete block as the crate counts it (see
-/// [`interpret_limited`]); blocks of only blank lines included.
-pub fn block_sizes(input: &[u8]) -> Vec<usize> {
+/// [`interpret_limited`]), blocks of only blank lines included, and the
+/// length of the unterminated tail after the last blank line (a leading
+/// BOM included when there is no blank line).
+pub fn blocks(input: &[u8]) -> (Vec<usize>, usize) {
     const BOM: &[u8] = b"\xEF\xBB\xBF";
     let (mut size, body) = match input.strip_prefix(BOM) {
         Some(rest) => (BOM.len(), rest),
         None => (0, input),
     };
     let mut sizes = Vec::new();
+    let mut end_of_last_block = 0;
+    let mut at = input.len() - body.len();
     for (line, end) in terminated_byte_lines(body) {
+        at += line.len() + end;
         if line.is_empty() {
             sizes.push(size);
             size = 0;
+            end_of_last_block = at;
         } else {
             size += line.len() + end;
         }
     }
-    sizes
+    (sizes, input.len() - end_of_last_block)
 }
 
 // ---------------------------------------------------------------------------
