@@ -104,6 +104,7 @@ proptest! {
         );
         prop_assert_eq!(run.details(), reference.events);
         prop_assert_eq!(&run.concat()[..], &input[..]);
+        check_frames(&run)?;
         prop_assert_eq!(run.reconnection_time, reference.reconnection_time_at_last_blank_line);
         prop_assert_eq!(
             String::from_utf8_lossy(&run.last_event_id),
@@ -151,6 +152,10 @@ proptest! {
         let run2 = run_pieces(&config, None, &pieces_at(&input, &cuts2), &drain2);
         prop_assert_eq!(run2.keys(), run.keys());
         prop_assert_eq!(&run2.concat()[..], &input[..]);
+        prop_assert_eq!(&run2.tail, &run.tail);
+        prop_assert_eq!(run2.reconnection_time, run.reconnection_time);
+        prop_assert_eq!(&run2.last_event_id, &run.last_event_id);
+        check_frames(&run)?;
         // Every byte of a block over the limit is handed out as an
         // `Oversized` frame, and nothing else is.
         let (sizes, trailing) = sse_ref::blocks(&input);
@@ -212,6 +217,12 @@ proptest! {
                 data: String::from_utf8_lossy(&normalise_line_ends(&data)).into_owned(),
                 last_event_id: String::from_utf8_lossy(&last_id).into_owned(),
                 retry: *retry,
+                event_field: event
+                    .as_deref()
+                    .map(|e| String::from_utf8_lossy(first_line(e)).into_owned()),
+                id_field: id
+                    .as_deref()
+                    .map(|i| String::from_utf8_lossy(first_line(i)).into_owned()),
             });
         }
         // Canonical framing: LF only, no BOM, every block has data.
@@ -242,6 +253,60 @@ proptest! {
     }
 }
 
+/// Structural checks on a run's frames that hold for any input: no empty
+/// frame; `LineEnd` is one LF right after a frame ending in CR; events and
+/// skipped blocks end with a line end; a single-line event's data range
+/// points at its data; and re-parsing a frame's raw bytes on their own
+/// gives the same event (or none, for a skipped block).
+fn check_frames(run: &sse_ref::Run) -> Result<(), TestCaseError> {
+    // A frame re-parsed on its own: after a blank line unless it is the
+    // first, so that a BOM starting a later frame is not taken for the
+    // stream's leading BOM.
+    let alone = |i: usize, raw: &Bytes| -> sse_ref::Run {
+        let raw = if i == 0 {
+            raw.clone()
+        } else {
+            Bytes::from([&b"\n"[..], raw].concat())
+        };
+        run_pieces(&Config::new(), None, &[raw], &[])
+    };
+    let mut prev: Option<&Frame> = None;
+    for (i, f) in run.frames.iter().enumerate() {
+        prop_assert!(!f.raw().is_empty(), "empty frame");
+        match f {
+            Frame::LineEnd(b) => {
+                prop_assert_eq!(&b[..], b"\n");
+                let p = prev.expect("LineEnd first");
+                prop_assert_eq!(p.raw().last(), Some(&b'\r'), "LineEnd after {:?}", p);
+            }
+            Frame::Event(e) => {
+                prop_assert!(matches!(e.raw().last(), Some(b'\n' | b'\r')));
+                if let Some(r) = e.data_range() {
+                    prop_assert_eq!(&e.raw()[r], e.data());
+                }
+                let again = alone(i, e.raw());
+                let evs: Vec<_> = again.events().collect();
+                prop_assert_eq!(evs.len(), 1);
+                prop_assert_eq!(evs[0].data(), e.data());
+                prop_assert_eq!(evs[0].event_type(), e.event_type());
+                prop_assert_eq!(evs[0].event_field(), e.event_field());
+                prop_assert_eq!(evs[0].id_field(), e.id_field());
+                prop_assert_eq!(evs[0].retry(), e.retry());
+                prop_assert!(again.tail.is_none());
+            }
+            Frame::Skipped(b) => {
+                prop_assert!(matches!(b.last(), Some(b'\n' | b'\r')));
+                let again = alone(i, b);
+                prop_assert_eq!(again.events().count(), 0);
+                prop_assert!(again.tail.is_none());
+            }
+            Frame::Oversized(_) => {}
+        }
+        prev = Some(f);
+    }
+    Ok(())
+}
+
 fn first_line(v: &[u8]) -> &[u8] {
     match v.iter().position(|&b| b == b'\r' || b == b'\n') {
         Some(i) => &v[..i],
@@ -263,6 +328,50 @@ fn normalise_line_ends(v: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases() / 4))]
+
+    /// After `finish()`, one parser parses a second stream exactly as a
+    /// fresh parser with the same configuration and initial ID does.
+    #[test]
+    fn finish_then_reuse_is_a_fresh_parser(
+        first in sse_bytes(40),
+        second in sse_bytes(40),
+        max in prop::option::of(0usize..48),
+        id in initial_id(),
+        seed in any::<u64>(),
+    ) {
+        let mut config = Config::new();
+        if let Some(max) = max {
+            config.max_event_size(max);
+        }
+        let mut rng = sse_ref::Rng::new(seed);
+        let mut p = Parser::with_config(&config);
+        if let Some(id) = &id {
+            p.set_last_event_id(Bytes::copy_from_slice(id.as_bytes()));
+        }
+        for stream in [first, second] {
+            let stream = Bytes::from(stream);
+            let mut frames = Vec::new();
+            for piece in pieces_at(&stream, &rng.cuts(stream.len(), 8)) {
+                p.feed(piece);
+                frames.extend(std::iter::from_fn(|| p.next_frame()));
+            }
+            let tail = p.finish();
+            let fresh = run_pieces(&config, id.as_deref().map(str::as_bytes), &[stream], &[]);
+            let keys: Vec<_> = frames
+                .iter()
+                .filter_map(|f| match f {
+                    Frame::Event(e) => Some(sse_ref::EventKey::of(e)),
+                    _ => None,
+                })
+                .collect();
+            prop_assert_eq!(keys, fresh.keys());
+            prop_assert_eq!(tail, fresh.tail);
+        }
+    }
 }
 
 /// `finish()` resets the parser for a new stream: a second stream parses

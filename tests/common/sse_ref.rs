@@ -30,6 +30,12 @@ pub struct RefDetail {
     /// The last valid `retry` value among the lines of the dispatched block
     /// (what [`Event::retry`] reports).
     pub retry: Option<u64>,
+    /// The value of the block's last `event` line, if any (what
+    /// [`Event::event_field`] reports).
+    pub event_field: Option<String>,
+    /// The value of the block's last `id` line, if any, NUL or not (what
+    /// [`Event::id_field`] reports).
+    pub id_field: Option<String>,
 }
 
 impl RefDetail {
@@ -82,8 +88,11 @@ struct State {
     event_type: String,
     /// "last event ID buffer"
     last_event_id: String,
-    /// Not in the standard: the last valid `retry` in the current block.
+    /// Not in the standard: the last valid `retry`, the last `event` and
+    /// the last `id` line's value in the current block.
     block_retry: Option<u64>,
+    block_event: Option<String>,
+    block_id: Option<String>,
     out: Interpretation,
 }
 
@@ -94,6 +103,8 @@ impl State {
             event_type: String::new(),
             last_event_id: initial_last_event_id.unwrap_or("").to_string(),
             block_retry: None,
+            block_event: None,
+            block_id: None,
             out: Interpretation {
                 last_event_id: initial_last_event_id.unwrap_or("").to_string(),
                 ..Interpretation::default()
@@ -138,6 +149,11 @@ impl State {
     /// "Field names must be compared literally, with no case folding".
     fn process_field(&mut self, field: &str, value: &str) {
         match field {
+            "event" => self.block_event = Some(value.to_string()),
+            "id" => self.block_id = Some(value.to_string()),
+            _ => {}
+        }
+        match field {
             // "Set the event type buffer to the field value."
             "event" => self.event_type = value.to_string(),
             // "Append the field value to the data buffer, then append a
@@ -170,6 +186,8 @@ impl State {
     /// "Dispatch the event" (web browser steps).
     fn dispatch(&mut self) {
         let retry = self.block_retry.take();
+        let event_field = self.block_event.take();
+        let id_field = self.block_id.take();
         self.out.reconnection_time_at_last_blank_line = self.out.reconnection_time;
         // 1. "Set the last event ID string of the event source to the value
         //    of the last event ID buffer. The buffer does not get reset."
@@ -199,6 +217,8 @@ impl State {
             data,
             last_event_id,
             retry,
+            event_field,
+            id_field,
         });
     }
 }
@@ -401,11 +421,14 @@ pub fn ref_event(e: &Event) -> RefEvent {
 
 pub fn ref_detail(e: &Event) -> RefDetail {
     let (event_type, data, last_event_id) = ref_event(e);
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     RefDetail {
         event_type,
         data,
         last_event_id,
         retry: e.retry(),
+        event_field: e.event_field().map(lossy),
+        id_field: e.id_field().map(lossy),
     }
 }
 
