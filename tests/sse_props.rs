@@ -141,6 +141,10 @@ proptest! {
         prop_assert_eq!(run.details(), reference.events);
         prop_assert_eq!(&run.concat()[..], &input[..]);
         prop_assert!(run.max_buffered <= max + 2, "buffered {} > {} + 2", run.max_buffered, max);
+        // What the parser holds back after a drain is at most the current
+        // block, which is within the limit, plus a line end: oversized
+        // bytes are handed out as they arrive.
+        prop_assert!(run.max_held <= max + 2, "held {} > {} + 2", run.max_held, max);
         for e in run.events() {
             // The raw bytes are the event's lines plus a blank line of at
             // most two bytes.
@@ -177,6 +181,7 @@ proptest! {
         prop_assert_eq!(run.details(), interpret_limited(&input, None, max).events);
         prop_assert_eq!(&run.concat()[..], &input[..]);
         prop_assert!(run.max_buffered <= max + 2);
+        prop_assert!(run.max_held <= max + 2, "held {} > {} + 2", run.max_held, max);
     }
 
     /// Events written with `write_event` parse back to the same event type,

@@ -379,6 +379,9 @@ pub struct Run {
     pub tail: Option<Bytes>,
     /// The largest [`Parser::buffered`] seen after any call.
     pub max_buffered: usize,
+    /// The most input bytes held back (fed but not yet handed out in a
+    /// frame) after draining the parser, over all drains.
+    pub max_held: usize,
     /// [`Parser::reconnection_time`] just before `finish`.
     pub reconnection_time: Option<u64>,
     /// [`Parser::last_event_id`] just before `finish`.
@@ -486,16 +489,21 @@ pub fn run_pieces(
     if let Some(id) = initial_last_event_id {
         p.set_last_event_id(Bytes::copy_from_slice(id));
     }
-    let mut frames = Vec::new();
+    let mut frames: Vec<Frame> = Vec::new();
     let mut max_buffered = p.buffered();
+    let mut max_held = 0;
+    let (mut fed, mut out) = (0, 0);
     for (i, piece) in pieces.iter().enumerate() {
         p.feed(piece.clone());
+        fed += piece.len();
         max_buffered = max_buffered.max(p.buffered());
         if drain.is_empty() || drain[i % drain.len()] {
             while let Some(f) = p.next_frame() {
                 max_buffered = max_buffered.max(p.buffered());
+                out += f.raw().len();
                 frames.push(f);
             }
+            max_held = max_held.max(fed - out);
         }
     }
     while let Some(f) = p.next_frame() {
@@ -509,6 +517,7 @@ pub fn run_pieces(
         frames,
         tail,
         max_buffered,
+        max_held,
         reconnection_time,
         last_event_id,
     }
