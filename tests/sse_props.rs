@@ -50,8 +50,13 @@ const TOKENS: &[&[u8]] = &[
     b"{\"a\":1}",
 ];
 
+/// SSE-ish bytes: mostly tokens, now and then any byte at all.
 fn sse_bytes(max_tokens: usize) -> impl Strategy<Value = Vec<u8>> {
-    vec(prop::sample::select(TOKENS), 0..max_tokens).prop_map(|t| t.concat())
+    let token = prop_oneof![
+        8 => prop::sample::select(TOKENS).prop_map(<[u8]>::to_vec),
+        1 => any::<u8>().prop_map(|b| vec![b]),
+    ];
+    vec(token, 0..max_tokens).prop_map(|t| t.concat())
 }
 
 /// Input, sorted cut points, and a drain pattern (drain after a piece or
