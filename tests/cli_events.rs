@@ -1,6 +1,9 @@
 //! `citestream events` (SPEC section 11): one JSON line per dispatched
 //! event, the same at every `--chunk-size`, from a FILE or standard input;
 //! exit status 2 and a one-line message for bad usage.
+//!
+//! The binary exists only with the `cli` feature.
+#![cfg(feature = "cli")]
 
 mod common;
 
