@@ -510,6 +510,12 @@ vectors! {
     retry_later_block_wins: b"retry: 7\ndata: a\n\nretry: 8\ndata: b\n\n"
         => [("message", "a", ""), ("message", "b", "")],
         retry = &[Some(7), Some(8)], reconnection = Some(8);
+    /// WHATWG sets the reconnection time as soon as the `retry` line is
+    /// processed; the crate interprets a block only once it is complete
+    /// (so that the result does not depend on chunking under a size limit),
+    /// so a `retry` in an unterminated last block has no effect.
+    retry_in_unterminated_block_not_applied: b"data: a\n\nretry: 5\n"
+        => [("message", "a", "")], tail = b"retry: 5\n", reconnection = None;
     retry_overflow_saturates: b"retry: 99999999999999999999999\ndata: a\n\n"
         => [("message", "a", "")], retry = &[Some(u64::MAX)], reconnection = Some(u64::MAX);
 
@@ -561,4 +567,18 @@ vectors! {
         => [("message", "x", "")];
     long_unterminated: cat(&[b"data: ", &long(100_000, b'e')])
         => [], tail = &cat(&[b"data: ", &long(100_000, b'e')]);
+}
+
+/// The one documented difference from WHATWG among the vectors above: the
+/// standard's reconnection time already changes with the `retry` line of an
+/// unterminated block; `Parser::reconnection_time` only with complete
+/// blocks (see `retry_in_unterminated_block_not_applied`).
+#[test]
+fn whatwg_reconnection_time_changes_before_the_block_ends() {
+    let input = b"data: a\n\nretry: 5\n";
+    let reference = interpret(input, None);
+    assert_eq!(reference.reconnection_time, Some(5));
+    assert_eq!(reference.reconnection_time_at_last_blank_line, None);
+    let run = run_cuts(&Bytes::from_static(input), None, &[]);
+    assert_eq!(run.reconnection_time, None);
 }
