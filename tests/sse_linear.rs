@@ -57,10 +57,10 @@ fn gathering_a_long_line_is_linear() {
         Bytes::from(v)
     };
     let (one_mib, eight_mib) = (line(1 << 20), line(8 << 20));
-    assert_eq!(parse(&big, &[eight_mib.clone()]), (1, 8 << 20));
+    assert_eq!(parse(&big, std::slice::from_ref(&eight_mib)), (1, 8 << 20));
     assert_eq!(parse(&big, &pieces(&eight_mib, 1460)), (1, 8 << 20));
     // One read: nothing is copied.
-    assert_eq!(allocated(&big, &[eight_mib.clone()]), 0);
+    assert_eq!(allocated(&big, std::slice::from_ref(&eight_mib)), 0);
     // 1460-byte reads: the line is gathered once into a growing buffer
     // (doubling: at most about 4x its size allocated in all)...
     let a8 = allocated(&big, &pieces(&eight_mib, 1460));
