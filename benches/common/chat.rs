@@ -649,7 +649,10 @@ pub(crate) fn naive_chat(setup: &Setup, pieces: &[Bytes], sink: &mut impl FnMut(
         }
     };
     for piece in pieces {
-        blocks.feed(piece, &mut on_block);
+        // Each read arrives as an owned `Bytes` and is dropped once copied,
+        // as from a network stack (and as citestream and sse-stream get it).
+        let piece = piece.clone();
+        blocks.feed(&piece, &mut on_block);
     }
     blocks.finish(&mut on_block);
 }
@@ -676,7 +679,10 @@ pub(crate) fn naive_messages(setup: &Setup, pieces: &[Bytes], sink: &mut impl Fn
         sink(frame(event, &v));
     };
     for piece in pieces {
-        blocks.feed(piece, &mut on_block);
+        // Each read arrives as an owned `Bytes` and is dropped once copied,
+        // as from a network stack (and as citestream and sse-stream get it).
+        let piece = piece.clone();
+        blocks.feed(&piece, &mut on_block);
     }
     blocks.finish(&mut on_block);
 }
