@@ -515,3 +515,84 @@ fn generator_covers_the_interesting_cases() {
     assert!(multi > 100, "{multi}");
     assert!(untopped > 5, "{untopped}");
 }
+
+/// A `chat.completion` body holding `contents`, written in `style` (bits:
+/// 0 escaped keys, 1-2 whitespace, 3-4 upstream `annotations` (absent,
+/// `[]`, one entry, `null`), 5 decoy members with markers, 6 upstream
+/// top-level `sources`/`citations`, 7 `message` first in the choice,
+/// 8 `content` after the other message members).
+fn body(contents: &[Vec<u8>], style: u16) -> Vec<u8> {
+    let esc = style & 1 != 0;
+    let ws: &[u8] = [&b""[..], b" ", b"\n  ", b"\t"][usize::from((style >> 1) & 3)];
+    let join = |parts: Vec<Vec<u8>>| parts.join(&[b",".as_slice(), ws].concat()[..]);
+    let kv = |k: &str, v: &[u8]| [key(k, esc).as_bytes(), b":", ws, v].concat();
+    let mut choices = Vec::new();
+    for (i, c) in contents.iter().enumerate() {
+        let content = kv("content", &[b"\"", c.as_slice(), b"\""].concat());
+        let mut mm = vec![kv("role", b"\"assistant\"")];
+        if style & (1 << 8) == 0 {
+            mm.push(content.clone());
+        }
+        match (style >> 3) & 3 {
+            0 => {}
+            1 => mm.push(kv("annotations", b"[ ]")),
+            2 => mm.push(kv(
+                "annotations",
+                br#"[{"type":"url_citation","url_citation":{"start_index":0,"end_index":0,"url":"u","title":"t"}}]"#,
+            )),
+            _ => mm.push(kv("annotations", b"null")),
+        }
+        if style & (1 << 5) != 0 {
+            mm.push(b"\"reasoning_content\":\"[1]\"".to_vec());
+            mm.push(b"\"refusal\":\"[2]\"".to_vec());
+            mm.push(br#""tool_calls":[{"function":{"arguments":"[1]","content":"[3]"}}]"#.to_vec());
+        }
+        if style & (1 << 8) != 0 {
+            mm.push(content);
+        }
+        let msg = [b"{".as_slice(), ws, &join(mm), ws, b"}"].concat();
+        let mut cm = vec![
+            kv("index", i.to_string().as_bytes()),
+            kv("message", &msg),
+            kv("finish_reason", b"\"stop\""),
+        ];
+        if style & (1 << 7) != 0 {
+            cm.swap(0, 1);
+        }
+        choices.push([b"{".as_slice(), &join(cm), b"}"].concat());
+    }
+    let mut top = vec![
+        kv("id", b"\"chatcmpl-b\""),
+        kv("object", b"\"chat.completion\""),
+        kv(
+            "choices",
+            &[b"[".as_slice(), ws, &join(choices), ws, b"]"].concat(),
+        ),
+    ];
+    if style & (1 << 6) != 0 {
+        top.insert(1, kv("citations", br#"["https://up"]"#));
+        top.push(kv("sources", b"[]"));
+    }
+    top.push(kv("usage", br#"{"total_tokens":1}"#));
+    [ws, b"{", ws, &join(top), ws, b"}", ws].concat()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn whole_body_equals_reference(
+        spec in stream_strategy(),
+        style in any::<u16>(),
+        unit in unit_strategy(),
+        dialect in dialect_strategy(),
+        only_cited in any::<bool>(),
+    ) {
+        let contents: Vec<Vec<u8>> = spec.choices.iter().map(|c| c.deltas.concat()).collect();
+        let b = body(&contents, style);
+        let sources = chat_ref::make_sources(3);
+        let o = RefOpts { dialect, unit, only_cited, ..RefOpts::default() };
+        let out = chat::rewrite_body(&b, &Sources::new(sources.clone()), &o.rewrite_options());
+        chat_ref::check_body("body", &b, &out, &sources, &o);
+    }
+}
