@@ -90,6 +90,9 @@ enum Finish {
 struct ChoiceSpec {
     deltas: Vec<Vec<u8>>,
     finish: Finish,
+    /// Content sent after the choice finished (out of protocol; ignored),
+    /// optionally with a second finish_reason.
+    late: Option<(Vec<u8>, bool)>,
 }
 
 #[derive(Clone, Debug)]
@@ -120,7 +123,15 @@ fn choice_strategy() -> impl Strategy<Value = ChoiceSpec> {
             1 => Just(Finish::Never),
         ],
     )
-        .prop_map(|(deltas, finish)| ChoiceSpec { deltas, finish })
+        .prop_flat_map(|(deltas, finish)| {
+            prop::option::weighted(0.15, (delta_strategy(), any::<bool>())).prop_map(move |late| {
+                ChoiceSpec {
+                    deltas: deltas.clone(),
+                    finish: finish.clone(),
+                    late,
+                }
+            })
+        })
 }
 
 fn stream_strategy() -> impl Strategy<Value = StreamSpec> {
@@ -306,9 +317,15 @@ fn build(spec: &StreamSpec) -> (Vec<u8>, Vec<Option<Vec<u8>>>) {
             Finish::WithLast if k == 0 => q.push_back((entry(i, Some(b""), true, st()), true)),
             _ => {}
         }
+        if let Some((late, fin)) = &c.late {
+            q.push_back((entry(i, Some(late), *fin, st()), *fin));
+        }
         queues.push(q);
-        let finished = !matches!(c.finish, Finish::Never);
-        contents.push(finished.then(|| c.deltas.concat()));
+        contents.push(match (&c.finish, &c.late) {
+            (Finish::Never, Some((late, true))) => Some([c.deltas.concat(), late.clone()].concat()),
+            (Finish::Never, _) => None,
+            _ => Some(c.deltas.concat()),
+        });
     }
     let env = envelope(spec.fingerprint);
     let mut out = Vec::new();
