@@ -36,7 +36,6 @@
 //! and/or `citations`; every other byte stays where it was.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
@@ -45,9 +44,9 @@ use bytes::Bytes;
 
 use crate::cite::{Marker, MarkerTracker};
 use crate::json::{self, ArrayWalker, Invalid, Member, ObjectWalker, Splice};
-use crate::options::{MAX_CHOICES, RewriteOptions};
+use crate::options::{MAX_CHOICES, Out, RewriteOptions};
 use crate::sources::Sources;
-use crate::sse::{self, Event, Frame, Parser};
+use crate::sse::{self, Event, Frame, FrameKind, FrameRef, Parser};
 
 /// A top-level member found while scanning, with the end of its value.
 #[derive(Clone, Debug)]
@@ -664,6 +663,12 @@ struct ChoiceState {
 /// Never panics, on any input.
 pub struct ChatStream {
     parser: Parser,
+    core: Core,
+}
+
+/// Everything but the parser, so frames lent by the parser can be handled
+/// while the rewriter's state changes.
+struct Core {
     sources: Arc<Sources>,
     opts: RewriteOptions,
     choices: Vec<ChoiceState>,
@@ -671,7 +676,7 @@ pub struct ChatStream {
     top_done: bool,
     /// Envelope members of the latest finish chunk, for a trailing chunk.
     last_envelope: Vec<u8>,
-    out: VecDeque<Bytes>,
+    out: Out,
     swallow_line_end: bool,
     scan: ChunkScan,
     scans: Vec<ChoiceScan>,
@@ -685,9 +690,9 @@ impl fmt::Debug for ChatStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ChatStream")
             .field("parser", &self.parser)
-            .field("choices", &self.choices.len())
-            .field("finished", &self.finished)
-            .field("top_done", &self.top_done)
+            .field("choices", &self.core.choices.len())
+            .field("finished", &self.core.finished)
+            .field("top_done", &self.core.top_done)
             .finish_non_exhaustive()
     }
 }
@@ -699,20 +704,22 @@ impl ChatStream {
     pub fn new(sources: Arc<Sources>, opts: RewriteOptions) -> Self {
         ChatStream {
             parser: Parser::with_config(&opts.sse),
-            sources,
-            opts,
-            choices: Vec::new(),
-            finished: 0,
-            top_done: false,
-            last_envelope: Vec::new(),
-            out: VecDeque::with_capacity(4),
-            swallow_line_end: false,
-            scan: ChunkScan::default(),
-            scans: Vec::with_capacity(2),
-            fast: Vec::with_capacity(2),
-            holes: Vec::with_capacity(2),
-            template: Template::default(),
-            ended: false,
+            core: Core {
+                sources,
+                opts,
+                choices: Vec::new(),
+                finished: 0,
+                top_done: false,
+                last_envelope: Vec::new(),
+                out: Out::default(),
+                swallow_line_end: false,
+                scan: ChunkScan::default(),
+                scans: Vec::with_capacity(2),
+                fast: Vec::with_capacity(2),
+                holes: Vec::with_capacity(2),
+                template: Template::default(),
+                ended: false,
+            },
         }
     }
 
@@ -724,7 +731,7 @@ impl ChatStream {
     /// Whether the top-level additions have been emitted (or queued).
     #[must_use]
     pub fn sources_emitted(&self) -> bool {
-        self.top_done
+        self.core.top_done
     }
 
     /// Ends the input: what remains (a trailing synthesized chunk if fewer
@@ -732,64 +739,69 @@ impl ChatStream {
     /// queued for [`next_output`](ChatStream::next_output).
     pub fn finish(&mut self) {
         // Handle complete frames first (a caller may call `finish` without
-        // draining); the hot path returns its piece instead of queueing it.
-        while let Some(f) = self.parser.next_frame() {
-            if let Some(b) = self.handle(f) {
-                self.out.push_back(b);
-            }
+        // draining).
+        while let Some(f) = self.parser.next_frame_ref() {
+            self.core.handle(&f);
         }
-        if self.ended {
+        let core = &mut self.core;
+        if core.ended {
             return;
         }
-        self.ended = true;
-        self.flush_pending_top();
+        core.ended = true;
+        core.flush_pending_top();
         if let Some(tail) = self.parser.finish() {
-            self.out.push_back(tail);
+            core.out.push(tail);
         }
+        core.out.flush_run();
     }
 
     /// The next piece of output, or `None` when more input is needed.
+    ///
+    /// Unchanged events that lie next to each other in one input piece come
+    /// out as one slice of it; everything a piece yields is out before
+    /// `None` is returned, so nothing is held back.
     #[must_use]
     pub fn next_output(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(b) = self.out.pop_front() {
+            if let Some(b) = self.core.out.pop() {
                 return Some(b);
             }
-            let f = self.parser.next_frame()?;
-            if let Some(b) = self.handle(f) {
-                return Some(b);
+            match self.parser.next_frame_ref() {
+                Some(f) => self.core.handle(&f),
+                None => {
+                    self.core.out.flush_run();
+                    return self.core.out.pop();
+                }
             }
         }
     }
+}
 
-    /// Handles one frame; returns its output directly when it is a single
-    /// piece (the hot path), else queues the pieces.
-    fn handle(&mut self, frame: Frame) -> Option<Bytes> {
+impl Core {
+    /// Handles one frame lent by the parser.
+    #[inline]
+    fn handle(&mut self, f: &FrameRef<'_>) {
         let swallow = std::mem::replace(&mut self.swallow_line_end, false);
-        match frame {
-            Frame::Event(e) => self.event(e),
-            Frame::LineEnd(_) if swallow => None,
-            Frame::Skipped(b) | Frame::Oversized(b) | Frame::LineEnd(b) => self.emit(b),
+        match f.kind() {
+            FrameKind::Event => self.event(f),
+            FrameKind::LineEnd if swallow => {}
+            _ => self.out.pass(f),
         }
     }
 
-    fn emit(&mut self, b: Bytes) -> Option<Bytes> {
-        if self.out.is_empty() {
-            Some(b)
-        } else {
-            self.out.push_back(b);
-            None
-        }
+    fn emit(&mut self, b: Bytes) {
+        self.out.push(b);
     }
 
-    fn event(&mut self, e: Event) -> Option<Bytes> {
-        if self.sources.is_empty() || !matches!(e.event_type(), b"message") {
-            return self.emit(e.raw().clone());
+    #[inline]
+    fn event(&mut self, f: &FrameRef<'_>) {
+        if self.sources.is_empty() || f.event_type() != b"message" {
+            return self.out.pass(f);
         }
-        let d = e.data();
+        let d = f.data();
         if d == b"[DONE]" {
             self.flush_pending_top();
-            return self.emit(e.raw().clone());
+            return self.out.pass(f);
         }
         if let Some(r) = self.template.matches(d) {
             // The hot path: a content chunk shaped like the previous one.
@@ -799,12 +811,12 @@ impl ChatStream {
                     st.tracker.push_json(&d[r]);
                 }
             }
-            return self.emit(e.raw().clone());
+            return self.out.pass(f);
         }
         let mut fast = std::mem::take(&mut self.fast);
         let mut holes = std::mem::take(&mut self.holes);
-        let out = match fast_scan(d, &mut fast, &mut holes) {
-            Err(Invalid) => self.emit(e.raw().clone()),
+        match fast_scan(d, &mut fast, &mut holes) {
+            Err(Invalid) => self.out.pass(f),
             Ok(true) => {
                 let mut finishing = false;
                 for fc in &fast {
@@ -830,32 +842,33 @@ impl ChatStream {
                     self.template.learn(d, *i, r, &holes);
                 }
                 if finishing {
-                    self.slow_path(&e, true)
+                    self.slow_path(f, true);
                 } else {
-                    self.emit(e.raw().clone())
+                    self.out.pass(f);
                 }
             }
-            Ok(false) => self.slow_path(&e, false),
-        };
+            Ok(false) => self.slow_path(f, false),
+        }
         self.fast = fast;
         self.holes = holes;
-        out
     }
 
     /// The complete scan of a chunk, for finish chunks and chunks with
     /// escaped keys. `counted`: the content was already fed by the fast
     /// path.
-    fn slow_path(&mut self, e: &Event, counted: bool) -> Option<Bytes> {
+    fn slow_path(&mut self, f: &FrameRef<'_>, counted: bool) {
+        let Frame::Event(e) = f.to_frame() else {
+            return self.out.pass(f);
+        };
         let mut scan = std::mem::take(&mut self.scan);
         let mut scans = std::mem::take(&mut self.scans);
-        let out = match scan_chunk(e.data(), &mut scan, &mut scans) {
-            Ok(()) if counted => self.finish_chunk(e, &scan, &scans),
-            Ok(()) => self.chunk(e, &scan, &scans),
+        match scan_chunk(e.data(), &mut scan, &mut scans) {
+            Ok(()) if counted => self.finish_chunk(&e, &scan, &scans),
+            Ok(()) => self.chunk(&e, &scan, &scans),
             Err(Invalid) => self.emit(e.raw().clone()),
-        };
+        }
         self.scan = scan;
         self.scans = scans;
-        out
     }
 
     fn choice(&mut self, index: u32) -> Option<&mut ChoiceState> {
@@ -873,7 +886,7 @@ impl ChatStream {
         Some(&mut self.choices[i])
     }
 
-    fn chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) -> Option<Bytes> {
+    fn chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
         let d = e.data();
         let mut finishing = false;
         for c in scans {
@@ -891,11 +904,11 @@ impl ChatStream {
         if !finishing {
             return self.emit(e.raw().clone());
         }
-        self.finish_chunk(e, scan, scans)
+        self.finish_chunk(e, scan, scans);
     }
 
     /// The cold path: at least one choice finishes in this chunk.
-    fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) -> Option<Bytes> {
+    fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
         let d = e.data();
         // Which choices finish here (first finish only), and their markers.
         let mut ending: Vec<(usize, u32)> = Vec::new();
@@ -1019,9 +1032,8 @@ impl ChatStream {
             pieces.push(e.raw().clone());
         }
         for p in pieces {
-            self.out.push_back(p);
+            self.out.push(p);
         }
-        None
     }
 
     /// Numbers cited by any finished choice, indexed by number.
@@ -1066,7 +1078,7 @@ impl ChatStream {
         sp.apply(&obj, &mut data);
         let mut ev = Vec::with_capacity(data.len() + 8);
         sse::write_event(&mut ev, None, None, None, &data);
-        self.out.push_back(Bytes::from(ev));
+        self.out.push(Bytes::from(ev));
     }
 }
 

@@ -17,7 +17,6 @@
 //! and all its framing. A stream without `message_delta` gets no additions.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
@@ -26,9 +25,9 @@ use bytes::Bytes;
 use crate::chat::{Existing, add_top_level, splice_event};
 use crate::cite::MarkerTracker;
 use crate::json::{self, Invalid, ObjectWalker, Splice};
-use crate::options::RewriteOptions;
+use crate::options::{Out, RewriteOptions};
 use crate::sources::Sources;
-use crate::sse::{Event, Frame, Parser};
+use crate::sse::{Frame, FrameKind, FrameRef, Parser};
 
 /// Streaming rewriter for `/v1/messages` event streams.
 ///
@@ -61,12 +60,18 @@ use crate::sse::{Event, Frame, Parser};
 /// Never panics, on any input.
 pub struct MessagesStream {
     parser: Parser,
+    core: Core,
+}
+
+/// Everything but the parser (see [`crate::ChatStream`]'s layout).
+struct Core {
     sources: Arc<Sources>,
     opts: RewriteOptions,
     /// Tracks cited numbers (only with `only_cited`).
     tracker: Option<MarkerTracker>,
     done: bool,
-    out: VecDeque<Bytes>,
+    out: Out,
+    swallow_line_end: bool,
     ended: bool,
 }
 
@@ -74,7 +79,7 @@ impl fmt::Debug for MessagesStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MessagesStream")
             .field("parser", &self.parser)
-            .field("done", &self.done)
+            .field("done", &self.core.done)
             .finish_non_exhaustive()
     }
 }
@@ -88,12 +93,15 @@ impl MessagesStream {
             .then(|| MarkerTracker::new(sources.len() as u32, opts.offsets));
         MessagesStream {
             parser: Parser::with_config(&opts.sse),
-            sources,
-            opts,
-            tracker,
-            done: false,
-            out: VecDeque::new(),
-            ended: false,
+            core: Core {
+                sources,
+                opts,
+                tracker,
+                done: false,
+                out: Out::default(),
+                swallow_line_end: false,
+                ended: false,
+            },
         }
     }
 
@@ -105,70 +113,91 @@ impl MessagesStream {
     /// Whether the `message_delta` event got our members.
     #[must_use]
     pub fn sources_emitted(&self) -> bool {
-        self.done
+        self.core.done
     }
 
     /// Ends the input; an unterminated last event's bytes are queued for
     /// [`next_output`](MessagesStream::next_output).
     pub fn finish(&mut self) {
-        while let Some(f) = self.parser.next_frame() {
-            let b = self.handle(f);
-            self.out.push_back(b);
+        while let Some(f) = self.parser.next_frame_ref() {
+            self.core.handle(&f);
         }
-        if self.ended {
+        let core = &mut self.core;
+        if core.ended {
             return;
         }
-        self.ended = true;
+        core.ended = true;
         if let Some(tail) = self.parser.finish() {
-            self.out.push_back(tail);
+            core.out.push(tail);
         }
+        core.out.flush_run();
     }
 
-    /// The next piece of output, or `None` when more input is needed.
+    /// The next piece of output, or `None` when more input is needed
+    /// (unchanged neighbouring events of one input piece come out as one
+    /// slice of it).
     #[must_use]
     pub fn next_output(&mut self) -> Option<Bytes> {
-        if let Some(b) = self.out.pop_front() {
-            return Some(b);
+        loop {
+            if let Some(b) = self.core.out.pop() {
+                return Some(b);
+            }
+            match self.parser.next_frame_ref() {
+                Some(f) => self.core.handle(&f),
+                None => {
+                    self.core.out.flush_run();
+                    return self.core.out.pop();
+                }
+            }
         }
-        let f = self.parser.next_frame()?;
-        Some(self.handle(f))
+    }
+}
+
+impl Core {
+    #[inline]
+    fn handle(&mut self, f: &FrameRef<'_>) {
+        let swallow = std::mem::replace(&mut self.swallow_line_end, false);
+        match f.kind() {
+            FrameKind::Event if !self.done && !self.sources.is_empty() => self.event(f),
+            FrameKind::LineEnd if swallow => {}
+            _ => self.out.pass(f),
+        }
     }
 
-    fn handle(&mut self, frame: Frame) -> Bytes {
-        match frame {
-            Frame::Event(e) if !self.done && !self.sources.is_empty() => self.event(&e),
-            f => f.raw().clone(),
-        }
-    }
-
-    fn event(&mut self, e: &Event) -> Bytes {
-        let ty = e.event_type();
+    fn event(&mut self, f: &FrameRef<'_>) {
+        let ty = f.event_type();
         if ty == b"content_block_delta" {
             if let Some(t) = self.tracker.as_mut() {
-                track_text_delta(e.data(), t);
+                track_text_delta(f.data(), t);
             }
-            return e.raw().clone();
+            return self.out.pass(f);
         }
         if ty == b"content_block_stop" {
             if let Some(t) = self.tracker.as_mut() {
                 // Blocks are separate paragraphs, as in `rewrite_body`.
                 t.push_json(b"\\n\\n");
             }
-            return e.raw().clone();
+            return self.out.pass(f);
         }
         if ty != b"message_delta" && ty != b"message" {
-            return e.raw().clone();
+            return self.out.pass(f);
         }
-        let d = e.data();
+        let d = f.data();
         match self.delta_patch(d) {
-            Ok(Some(sp)) => {
+            Ok(Some(mut sp)) => {
                 self.done = true;
-                let mut sp = sp;
                 let mut data = Vec::with_capacity(d.len() + 512);
                 sp.apply(d, &mut data);
-                splice_event(e, &data)
+                let Frame::Event(e) = f.to_frame() else {
+                    return self.out.pass(f);
+                };
+                if e.data_range().is_none() {
+                    // Re-framed: a split CRLF's LF must not follow it.
+                    self.swallow_line_end = e.raw().ends_with(b"\r");
+                }
+                self.out.push(splice_event(&e, &data));
             }
-            Ok(None) | Err(Invalid) => e.raw().clone(),
+            Ok(None) | Err(Invalid) => self.out.pass(f),
         }
     }
 

@@ -143,3 +143,59 @@ impl StreamRewriter for Rewriter {
         }
     }
 }
+
+/// The output queue of a streaming rewriter. Frames passed through
+/// unchanged that lie next to each other in one input piece go out as one
+/// slice of it (one reference count update per run instead of per event).
+#[derive(Debug, Default)]
+pub(crate) struct Out {
+    queue: std::collections::VecDeque<bytes::Bytes>,
+    /// The piece the current run lies in, and the run's bounds in it.
+    run: Option<bytes::Bytes>,
+    run_start: usize,
+    run_end: usize,
+}
+
+impl Out {
+    /// Forwards a frame unchanged.
+    #[inline]
+    pub(crate) fn pass(&mut self, f: &crate::sse::FrameRef<'_>) {
+        let Some((piece, at)) = f.piece() else {
+            self.push(f.raw_bytes());
+            return;
+        };
+        let end = at + f.raw().len();
+        if let Some(run) = &self.run {
+            if run.as_ptr() == piece.as_ptr() && run.len() == piece.len() && self.run_end == at {
+                self.run_end = end;
+                return;
+            }
+            self.flush_run();
+        }
+        self.run = Some(piece.clone());
+        self.run_start = at;
+        self.run_end = end;
+    }
+
+    /// Queues bytes of our own (after the current run).
+    pub(crate) fn push(&mut self, b: bytes::Bytes) {
+        self.flush_run();
+        self.queue.push_back(b);
+    }
+
+    /// Ends the current run: it becomes the next queued output.
+    #[inline]
+    pub(crate) fn flush_run(&mut self) {
+        if let Some(mut b) = self.run.take() {
+            b.truncate(self.run_end);
+            bytes::Buf::advance(&mut b, self.run_start);
+            self.queue.push_back(b);
+        }
+    }
+
+    /// The next queued output.
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<bytes::Bytes> {
+        self.queue.pop_front()
+    }
+}

@@ -42,5 +42,5 @@
 mod parser;
 mod writer;
 
-pub use parser::{Config, DEFAULT_MAX_EVENT_SIZE, Event, Frame, Parser};
+pub use parser::{Config, DEFAULT_MAX_EVENT_SIZE, Event, Frame, FrameKind, FrameRef, Parser};
 pub use writer::write_event;

@@ -220,8 +220,189 @@ impl Frame {
 enum Data {
     None,
     One(Range<usize>),
-    /// Several lines, joined in `Parser::scratch`.
+    /// Several lines, joined in `State::scratch`.
     Many,
+}
+
+/// What kind of frame [`Parser::next_frame_ref`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// A dispatched event ([`Frame::Event`]).
+    Event,
+    /// A complete block that dispatched nothing ([`Frame::Skipped`]).
+    Skipped,
+    /// Part of an over-limit block ([`Frame::Oversized`]).
+    Oversized,
+    /// A lone LF completing a split CRLF ([`Frame::LineEnd`]).
+    LineEnd,
+}
+
+/// Where a found frame's raw bytes are.
+#[derive(Clone, Copy, Debug)]
+enum Loc {
+    /// `cur[start..end]`.
+    Cur(usize, usize),
+    /// `State::owned` (gathered across pieces).
+    Owned,
+}
+
+/// A frame found by the state machine, before any `Bytes` is made for it.
+#[derive(Clone, Debug)]
+struct Found {
+    kind: FrameKind,
+    raw: Loc,
+    /// For events: the data's range in the raw bytes, `None` when joined
+    /// into `State::joined`.
+    data: Option<Range<usize>>,
+    event: Option<Range<usize>>,
+    id: Option<Range<usize>>,
+    retry: Option<u64>,
+}
+
+impl Found {
+    #[inline]
+    fn plain(kind: FrameKind, raw: Loc) -> Self {
+        Found {
+            kind,
+            raw,
+            data: None,
+            event: None,
+            id: None,
+            retry: None,
+        }
+    }
+}
+
+/// A borrowed view of the next frame ([`Parser::next_frame_ref`]): the same
+/// information as a [`Frame`], without creating any `Bytes` (no reference
+/// count is touched). Valid until the parser is used again.
+#[derive(Clone, Debug)]
+pub struct FrameRef<'a> {
+    kind: FrameKind,
+    raw: &'a [u8],
+    data: &'a [u8],
+    data_range: Option<Range<usize>>,
+    event: Option<Range<usize>>,
+    id: Option<Range<usize>>,
+    retry: Option<u64>,
+    last_event_id: &'a Bytes,
+    /// Where the raw bytes live: the input piece (with the offset), or the
+    /// parser's gathered buffer.
+    src: Src<'a>,
+    joined: &'a Bytes,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Src<'a> {
+    Piece(&'a Bytes, usize),
+    Owned(&'a Bytes),
+}
+
+impl<'a> FrameRef<'a> {
+    /// The kind of frame.
+    #[must_use]
+    pub fn kind(&self) -> FrameKind {
+        self.kind
+    }
+
+    /// The frame's exact input bytes (see [`Frame::raw`]).
+    #[must_use]
+    pub fn raw(&self) -> &'a [u8] {
+        self.raw
+    }
+
+    /// For events, the data (see [`Event::data`]); empty otherwise.
+    #[must_use]
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// For events, where the data lies in [`FrameRef::raw`] when it was one
+    /// line (see [`Event::data_range`]).
+    #[must_use]
+    pub fn data_range(&self) -> Option<Range<usize>> {
+        self.data_range.clone()
+    }
+
+    /// For events, the event type (`message` when none; see
+    /// [`Event::event_type`]).
+    #[must_use]
+    pub fn event_type(&self) -> &'a [u8] {
+        match self.event_field() {
+            Some(e) if !e.is_empty() => e,
+            _ => b"message",
+        }
+    }
+
+    /// For events, the value of the event's own `event` line.
+    #[must_use]
+    pub fn event_field(&self) -> Option<&'a [u8]> {
+        let raw = self.raw;
+        self.event.clone().map(|r| &raw[r])
+    }
+
+    /// For events, the value of the event's own `id` line.
+    #[must_use]
+    pub fn id_field(&self) -> Option<&'a [u8]> {
+        let raw = self.raw;
+        self.id.clone().map(|r| &raw[r])
+    }
+
+    /// For events, the `retry` value of its block.
+    #[must_use]
+    pub fn retry(&self) -> Option<u64> {
+        self.retry
+    }
+
+    /// For events, the last event ID in force (see [`Event::last_event_id`]).
+    #[must_use]
+    pub fn last_event_id(&self) -> &'a [u8] {
+        self.last_event_id
+    }
+
+    /// When the frame lies within one input piece: that piece and the
+    /// frame's offset in it, so a caller can slice it (`piece.slice(at..at +
+    /// raw.len())`) or merge adjacent frames into one slice.
+    #[must_use]
+    pub fn piece(&self) -> Option<(&'a Bytes, usize)> {
+        match self.src {
+            Src::Piece(p, at) => Some((p, at)),
+            Src::Owned(_) => None,
+        }
+    }
+
+    /// The raw bytes as `Bytes`: a slice of the input piece, or the parser's
+    /// gathered buffer (no copy either way).
+    #[must_use]
+    pub fn raw_bytes(&self) -> Bytes {
+        match self.src {
+            Src::Piece(p, at) => p.slice(at..at + self.raw.len()),
+            Src::Owned(b) => b.clone(),
+        }
+    }
+
+    /// The owned [`Frame`] for this view (what
+    /// [`Parser::next_frame`] would have returned).
+    #[must_use]
+    pub fn to_frame(&self) -> Frame {
+        let raw = self.raw_bytes();
+        match self.kind {
+            FrameKind::Event => Frame::Event(Event {
+                raw,
+                data: match &self.data_range {
+                    Some(r) => DataRepr::Slice(r.clone()),
+                    None => DataRepr::Joined(self.joined.clone()),
+                },
+                event: self.event.clone(),
+                id: self.id.clone(),
+                retry: self.retry,
+                last_event_id: self.last_event_id.clone(),
+            }),
+            FrameKind::Skipped => Frame::Skipped(raw),
+            FrameKind::Oversized => Frame::Oversized(raw),
+            FrameKind::LineEnd => Frame::LineEnd(raw),
+        }
+    }
 }
 
 /// Incremental, zero-copy parser for a `text/event-stream` (WHATWG HTML,
@@ -230,12 +411,12 @@ enum Data {
 /// # Contract
 ///
 /// The parser is sans-IO: [`feed`](Parser::feed) it input pieces of any size
-/// as they arrive, call [`next_frame`](Parser::next_frame) until it returns
-/// `None`, repeat; at the end of the input call [`finish`](Parser::finish)
-/// for the unterminated tail. No byte is scanned twice and no byte is
-/// copied unless a block spans two input pieces (then that block's bytes
-/// are gathered once into an internal buffer, bounded by
-/// [`Config::max_event_size`]).
+/// as they arrive, call [`next_frame`](Parser::next_frame) (or the borrowing
+/// [`next_frame_ref`](Parser::next_frame_ref)) until it returns `None`,
+/// repeat; at the end of the input call [`finish`](Parser::finish) for the
+/// unterminated tail. No byte is scanned twice and no byte is copied unless
+/// a block spans two input pieces (then that block's bytes are gathered
+/// once into an internal buffer, bounded by [`Config::max_event_size`]).
 ///
 /// * CRLF, LF and CR end lines; a CR at the end of one piece pairs with an
 ///   LF at the start of the next. A block is dispatched as soon as its blank
@@ -272,9 +453,15 @@ enum Data {
 ///
 /// Never panics, on any input.
 pub struct Parser {
-    max: usize,
     /// The piece being scanned.
     cur: Bytes,
+    st: State,
+}
+
+/// Everything but the current piece, so the scanner can read the piece
+/// while it updates its state.
+struct State {
+    max: usize,
     /// Pieces fed after `cur`.
     queue: VecDeque<Bytes>,
     /// Scan position in `cur`.
@@ -304,15 +491,19 @@ pub struct Parser {
     last_event_id: Bytes,
     initial_last_event_id: Bytes,
     reconnection_time: Option<u64>,
+    /// Raw bytes of the last frame when it was gathered across pieces.
+    owned: Bytes,
+    /// Joined data of the last event when it had several `data` lines.
+    joined: Bytes,
 }
 
 impl fmt::Debug for Parser {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Parser")
-            .field("max_event_size", &self.max)
-            .field("queued", &self.queue.len())
-            .field("buffered", &self.partial.len())
-            .field("discarding", &self.discard)
+            .field("max_event_size", &self.st.max)
+            .field("queued", &self.st.queue.len())
+            .field("buffered", &self.st.partial.len())
+            .field("discarding", &self.st.discard)
             .finish_non_exhaustive()
     }
 }
@@ -334,9 +525,190 @@ impl Parser {
     #[must_use]
     pub fn with_config(config: &Config) -> Self {
         Parser {
-            max: config.max_event_size,
             cur: Bytes::new(),
-            queue: VecDeque::with_capacity(2),
+            st: State::new(config.max_event_size),
+        }
+    }
+
+    /// Seeds the last event ID, as a client reconnecting with a
+    /// `Last-Event-ID` header does. Events get it until an `id` field
+    /// changes it. Also kept across [`Parser::finish`].
+    pub fn set_last_event_id(&mut self, id: impl Into<Bytes>) {
+        let id = id.into();
+        self.st.initial_last_event_id = id.clone();
+        self.st.last_event_id = id;
+    }
+
+    /// The current last event ID.
+    #[must_use]
+    pub fn last_event_id(&self) -> &[u8] {
+        &self.st.last_event_id
+    }
+
+    /// The reconnection time (ms) set by the latest valid `retry` field.
+    #[must_use]
+    pub fn reconnection_time(&self) -> Option<u64> {
+        self.st.reconnection_time
+    }
+
+    /// Bytes currently held for a block that spans input pieces (at most
+    /// [`Config::max_event_size`] plus one line end).
+    #[must_use]
+    pub fn buffered(&self) -> usize {
+        self.st.partial.len()
+    }
+
+    /// Queues an input piece. Cheap: nothing is parsed until
+    /// [`next_frame`](Parser::next_frame). Empty pieces are ignored.
+    pub fn feed(&mut self, chunk: Bytes) {
+        let st = &mut self.st;
+        // Let go of the last gathered frame, so the gathering buffer can be
+        // reused once the caller has dropped its copy.
+        st.release_owned();
+        if chunk.is_empty() {
+            return;
+        }
+        if self.cur.is_empty() && st.queue.is_empty() {
+            // Tiny reads (a byte or a few at a time) in the middle of a
+            // line: gather them right away, exactly as `next_frame` would,
+            // without the scanning machinery. Anything with a line end, or
+            // that could reach the size limit, takes the general path.
+            if chunk.len() <= 16
+                && !st.after_cr
+                && st.bom.is_none()
+                && !st.discard
+                && st.partial.len() + chunk.len() <= st.max
+                && !chunk.iter().any(|&b| b == b'\n' || b == b'\r')
+            {
+                if let [b] = chunk[..] {
+                    st.partial.put_u8(b);
+                } else {
+                    st.partial.extend_from_slice(&chunk);
+                }
+                return;
+            }
+            self.cur = chunk;
+            st.pos = 0;
+            st.start = 0;
+            return;
+        }
+        st.queue.push_back(chunk);
+    }
+
+    /// Ends the input. Returns the bytes of an unterminated last block (and
+    /// any input not yet handed out, if `next_frame` was not drained), which
+    /// are not dispatched, so a proxy can still forward them; `None` when
+    /// the input ended on a block boundary.
+    ///
+    /// The parser is then reset for a new stream (limits and the initial
+    /// last event ID are kept).
+    #[must_use = "the returned bytes are part of the stream"]
+    pub fn finish(&mut self) -> Option<Bytes> {
+        let st = &mut self.st;
+        let mut tail = std::mem::take(&mut st.partial);
+        let cur = std::mem::take(&mut self.cur);
+        tail.extend_from_slice(&cur[st.start.min(cur.len())..]);
+        for rest in st.queue.drain(..) {
+            tail.extend_from_slice(&rest);
+        }
+        let initial = st.initial_last_event_id.clone();
+        let mut fresh = State::new(st.max);
+        fresh.queue = std::mem::take(&mut st.queue);
+        fresh.scratch = std::mem::take(&mut st.scratch);
+        *st = fresh;
+        self.set_last_event_id(initial);
+        if tail.is_empty() {
+            None
+        } else {
+            Some(tail.freeze())
+        }
+    }
+
+    /// Returns the next complete frame, or `None` when more input is needed.
+    ///
+    /// # Panics
+    ///
+    /// Never panics.
+    #[must_use]
+    pub fn next_frame(&mut self) -> Option<Frame> {
+        let f = self.st.advance(&mut self.cur)?;
+        let raw = match f.raw {
+            Loc::Cur(a, b) => self.cur.slice(a..b),
+            Loc::Owned => std::mem::take(&mut self.st.owned),
+        };
+        Some(match f.kind {
+            FrameKind::Event => Frame::Event(Event {
+                raw,
+                data: match f.data {
+                    Some(r) => DataRepr::Slice(r),
+                    None => DataRepr::Joined(std::mem::take(&mut self.st.joined)),
+                },
+                event: f.event,
+                id: f.id,
+                retry: f.retry,
+                last_event_id: self.st.last_event_id.clone(),
+            }),
+            FrameKind::Skipped => Frame::Skipped(raw),
+            FrameKind::Oversized => Frame::Oversized(raw),
+            FrameKind::LineEnd => Frame::LineEnd(raw),
+        })
+    }
+
+    /// Like [`next_frame`](Parser::next_frame), but lends the frame instead
+    /// of handing out `Bytes`: the cheapest way to read a stream, and the
+    /// way to forward runs of unchanged frames as one slice (see
+    /// [`FrameRef::piece`]).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use citestream::sse::{FrameKind, Parser};
+    ///
+    /// let mut p = Parser::new();
+    /// p.feed(Bytes::from_static(b"data: a\n\n: ping\n\ndata: b\n\n"));
+    /// let mut seen = Vec::new();
+    /// while let Some(f) = p.next_frame_ref() {
+    ///     if f.kind() == FrameKind::Event {
+    ///         seen.push(f.data().to_vec());
+    ///     }
+    /// }
+    /// assert_eq!(seen, [b"a".to_vec(), b"b".to_vec()]);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Never panics.
+    #[must_use]
+    pub fn next_frame_ref(&mut self) -> Option<FrameRef<'_>> {
+        let f = self.st.advance(&mut self.cur)?;
+        let (raw, src): (&[u8], _) = match f.raw {
+            Loc::Cur(a, b) => (&self.cur[a..b], Src::Piece(&self.cur, a)),
+            Loc::Owned => (&self.st.owned, Src::Owned(&self.st.owned)),
+        };
+        let data: &[u8] = match (&f.kind, &f.data) {
+            (FrameKind::Event, Some(r)) => &raw[r.clone()],
+            (FrameKind::Event, None) => &self.st.joined,
+            _ => &[],
+        };
+        Some(FrameRef {
+            kind: f.kind,
+            raw,
+            data,
+            data_range: f.data,
+            event: f.event,
+            id: f.id,
+            retry: f.retry,
+            last_event_id: &self.st.last_event_id,
+            src,
+            joined: &self.st.joined,
+        })
+    }
+}
+
+impl State {
+    fn new(max: usize) -> Self {
+        State {
+            max,
+            queue: VecDeque::new(),
             pos: 0,
             start: 0,
             partial: BytesMut::new(),
@@ -354,93 +726,8 @@ impl Parser {
             last_event_id: Bytes::new(),
             initial_last_event_id: Bytes::new(),
             reconnection_time: None,
-        }
-    }
-
-    /// Seeds the last event ID, as a client reconnecting with a
-    /// `Last-Event-ID` header does. Events get it until an `id` field
-    /// changes it. Also kept across [`Parser::finish`].
-    pub fn set_last_event_id(&mut self, id: impl Into<Bytes>) {
-        let id = id.into();
-        self.initial_last_event_id = id.clone();
-        self.last_event_id = id;
-    }
-
-    /// The current last event ID.
-    #[must_use]
-    pub fn last_event_id(&self) -> &[u8] {
-        &self.last_event_id
-    }
-
-    /// The reconnection time (ms) set by the latest valid `retry` field.
-    #[must_use]
-    pub fn reconnection_time(&self) -> Option<u64> {
-        self.reconnection_time
-    }
-
-    /// Bytes currently held for a block that spans input pieces (at most
-    /// [`Config::max_event_size`] plus one line end).
-    #[must_use]
-    pub fn buffered(&self) -> usize {
-        self.partial.len()
-    }
-
-    /// Queues an input piece. Cheap: nothing is parsed until
-    /// [`next_frame`](Parser::next_frame). Empty pieces are ignored.
-    pub fn feed(&mut self, chunk: Bytes) {
-        if chunk.is_empty() {
-            return;
-        }
-        // Tiny reads (a byte or a few at a time) in the middle of a line:
-        // gather them right away, exactly as `next_frame` would, without
-        // queueing and scanning machinery. Anything with a line end, or
-        // that could reach the size limit, takes the general path.
-        if chunk.len() <= 16
-            && self.cur.is_empty()
-            && self.queue.is_empty()
-            && !self.after_cr
-            && self.bom.is_none()
-            && !self.discard
-            && self.partial.len() + chunk.len() <= self.max
-            && !chunk.iter().any(|&b| b == b'\n' || b == b'\r')
-        {
-            if let [b] = chunk[..] {
-                self.partial.put_u8(b);
-            } else {
-                self.partial.extend_from_slice(&chunk);
-            }
-            return;
-        }
-        self.queue.push_back(chunk);
-    }
-
-    /// Ends the input. Returns the bytes of an unterminated last block (and
-    /// any input not yet handed out, if `next_frame` was not drained), which
-    /// are not dispatched, so a proxy can still forward them; `None` when
-    /// the input ended on a block boundary.
-    ///
-    /// The parser is then reset for a new stream (limits and the initial
-    /// last event ID are kept).
-    #[must_use = "the returned bytes are part of the stream"]
-    pub fn finish(&mut self) -> Option<Bytes> {
-        let mut tail = std::mem::take(&mut self.partial);
-        let cur = std::mem::take(&mut self.cur);
-        tail.extend_from_slice(&cur[self.start.min(cur.len())..]);
-        for rest in self.queue.drain(..) {
-            tail.extend_from_slice(&rest);
-        }
-        let initial = self.initial_last_event_id.clone();
-        *self = Parser {
-            max: self.max,
-            queue: std::mem::take(&mut self.queue),
-            scratch: std::mem::take(&mut self.scratch),
-            ..Parser::new()
-        };
-        self.set_last_event_id(initial);
-        if tail.is_empty() {
-            None
-        } else {
-            Some(tail.freeze())
+            owned: Bytes::new(),
+            joined: Bytes::new(),
         }
     }
 
@@ -450,44 +737,44 @@ impl Parser {
         self.partial.len() + i - self.start
     }
 
-    /// Returns the next complete frame, or `None` when more input is needed.
-    ///
-    /// # Panics
-    ///
-    /// Never panics.
-    #[must_use]
-    pub fn next_frame(&mut self) -> Option<Frame> {
-        if self.cur.is_empty() && self.queue.is_empty() {
-            return None;
+    #[inline]
+    fn release_owned(&mut self) {
+        if !self.owned.is_empty() {
+            self.owned = Bytes::new();
         }
+        if !self.joined.is_empty() {
+            self.joined = Bytes::new();
+        }
+    }
+
+    /// Finds the next frame, moving to queued pieces as `cur` runs out.
+    #[inline]
+    fn advance(&mut self, cur: &mut Bytes) -> Option<Found> {
+        self.release_owned();
         loop {
-            if self.pos >= self.cur.len() {
-                let chunk = std::mem::take(&mut self.cur);
-                if !chunk.is_empty() {
-                    if let Some(f) = self.end_of_piece(chunk) {
+            if self.pos >= cur.len() {
+                if !cur.is_empty() {
+                    if let Some(f) = self.end_of_piece(cur) {
                         return Some(f);
                     }
-                    if !self.cur.is_empty() {
+                    if self.pos < cur.len() {
                         continue;
                     }
                 }
-                self.cur = self.queue.pop_front()?;
+                *cur = self.queue.pop_front()?;
                 self.pos = 0;
                 self.start = 0;
                 continue;
             }
-            let chunk = std::mem::take(&mut self.cur);
-            let frame = self.scan(&chunk);
-            self.cur = chunk;
-            if frame.is_some() {
-                return frame;
+            if let Some(f) = self.scan(cur) {
+                return Some(f);
             }
         }
     }
 
     /// Scans `chunk` (the current piece) from `pos` until a frame is
     /// complete or the piece is exhausted.
-    fn scan(&mut self, chunk: &Bytes) -> Option<Frame> {
+    fn scan(&mut self, chunk: &Bytes) -> Option<Found> {
         let len = chunk.len();
         while self.pos < len {
             if self.after_cr {
@@ -497,7 +784,10 @@ impl Parser {
                     if !self.discard && self.rel(self.pos - 1) == 0 {
                         // The CR ended the previous frame.
                         self.start = self.pos;
-                        return Some(Frame::LineEnd(chunk.slice(self.pos - 1..self.pos)));
+                        return Some(Found::plain(
+                            FrameKind::LineEnd,
+                            Loc::Cur(self.pos - 1, self.pos),
+                        ));
                     }
                     if !self.discard {
                         self.line_start += 1;
@@ -534,7 +824,7 @@ impl Parser {
                 }
             }
             // Find the end of the current line.
-            let Some(i) = memchr::memchr2(b'\n', b'\r', &chunk[self.pos..]) else {
+            let Some(i) = find_line_end(&chunk[self.pos..]) else {
                 self.pos = len;
                 return None;
             };
@@ -553,7 +843,8 @@ impl Parser {
                     self.discard = true;
                     self.discard_at_line_start = true;
                     self.reset_block();
-                    return Some(Frame::Oversized(std::mem::take(&mut self.partial).freeze()));
+                    self.owned = std::mem::take(&mut self.partial).freeze();
+                    return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
                 }
                 self.partial.extend_from_slice(&chunk[self.start..next]);
                 self.start = next;
@@ -570,14 +861,14 @@ impl Parser {
     /// would dispatch, without its per-line bookkeeping. Returns `None`
     /// (consuming nothing) for anything else.
     #[inline]
-    fn single_data_line(&mut self, chunk: &Bytes) -> Option<Frame> {
+    fn single_data_line(&mut self, chunk: &[u8]) -> Option<Found> {
         let start = self.pos;
         let rest = &chunk[start..];
         if !rest.starts_with(b"data:") {
             return None;
         }
         let v = start + 5 + usize::from(rest.get(5) == Some(&b' '));
-        let t = v + memchr::memchr2(b'\n', b'\r', chunk.get(v..)?)?;
+        let t = v + find_line_end(chunk.get(v..)?)?;
         // The line end, then a blank line; a CR as the piece's last byte
         // may still pair with an LF: leave that to the general loop.
         let after = |i: usize| -> Option<usize> {
@@ -599,14 +890,14 @@ impl Parser {
         }
         self.pos = end;
         self.start = end;
-        Some(Frame::Event(Event {
-            raw: chunk.slice(start..end),
-            data: DataRepr::Slice(v - start..t - start),
+        Some(Found {
+            kind: FrameKind::Event,
+            raw: Loc::Cur(start, end),
+            data: Some(v - start..t - start),
             event: None,
             id: None,
             retry: None,
-            last_event_id: self.last_event_id.clone(),
-        }))
+        })
     }
 
     /// Length of the line end at `chunk[t]` (a CR or LF); notes a CR at the
@@ -628,45 +919,49 @@ impl Parser {
     }
 
     /// The current piece is exhausted: gather the current block's bytes from
-    /// it, or hand them out when the block is too large.
-    fn end_of_piece(&mut self, chunk: Bytes) -> Option<Frame> {
-        let len = chunk.len();
+    /// it, or hand them out when the block is too large. `cur` becomes
+    /// empty, or the rest of an oversized block to hand out next.
+    fn end_of_piece(&mut self, cur: &mut Bytes) -> Option<Found> {
+        let len = cur.len();
         let start = self.start;
-        self.pos = 0;
-        self.start = 0;
         if self.discard {
-            return (start < len).then(|| Frame::Oversized(chunk.slice(start..len)));
+            // Hand out the piece's rest; it stays `cur` until the next call.
+            if start < len {
+                self.start = len;
+                return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
+            }
+            *cur = Bytes::new();
+            self.pos = 0;
+            self.start = 0;
+            return None;
         }
         if self.partial.len() + (len - start) > self.max {
             // Too large to interpret: forward what we have and discard the
             // rest of the block.
             self.discard = true;
             self.bom = None;
-            self.discard_at_line_start = self.rel_after_piece(len - start) == self.line_start;
+            self.discard_at_line_start = self.partial.len() + (len - start) == self.line_start;
             self.reset_block();
-            let held = std::mem::take(&mut self.partial);
-            if held.is_empty() {
-                return Some(Frame::Oversized(chunk.slice(start..len)));
+            if self.partial.is_empty() {
+                self.start = len;
+                return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
             }
-            // Hand out the held bytes now and the piece's rest right after.
-            self.cur = chunk.slice(start..len);
-            self.pos = self.cur.len();
-            return Some(Frame::Oversized(held.freeze()));
+            // The held bytes now, the piece's rest on the next call.
+            self.owned = std::mem::take(&mut self.partial).freeze();
+            return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
-        self.partial.extend_from_slice(&chunk[start..len]);
+        self.partial.extend_from_slice(&cur[start..len]);
+        *cur = Bytes::new();
+        self.pos = 0;
+        self.start = 0;
         None
-    }
-
-    #[inline]
-    fn rel_after_piece(&self, taken: usize) -> usize {
-        self.partial.len() + taken
     }
 
     /// Discard mode: forward bytes until the blank line that ends the
     /// oversized block.
-    fn discard_step(&mut self, chunk: &Bytes) -> Option<Frame> {
+    fn discard_step(&mut self, chunk: &[u8]) -> Option<Found> {
         let len = chunk.len();
-        let Some(i) = memchr::memchr2(b'\n', b'\r', &chunk[self.pos..]) else {
+        let Some(i) = find_line_end(&chunk[self.pos..]) else {
             self.pos = len;
             self.discard_at_line_start = false;
             return None;
@@ -677,7 +972,7 @@ impl Parser {
         self.discard_at_line_start = true;
         if blank {
             self.discard = false;
-            let f = Frame::Oversized(chunk.slice(self.start..self.pos));
+            let f = Found::plain(FrameKind::Oversized, Loc::Cur(self.start, self.pos));
             self.start = self.pos;
             self.line_start = 0;
             return Some(f);
@@ -696,7 +991,7 @@ impl Parser {
     }
 
     /// WHATWG "process the field" for one non-blank line.
-    fn process_line(&mut self, chunk: &Bytes, line: Range<usize>) {
+    fn process_line(&mut self, chunk: &[u8], line: Range<usize>) {
         let bytes = self.block_slice(chunk, line.clone());
         if bytes[0] == b':' {
             return; // comment
@@ -751,44 +1046,49 @@ impl Parser {
     }
 
     /// The blank line ending at `cur[..next]` closes the block.
-    fn end_block(&mut self, chunk: &Bytes, next: usize) -> Frame {
+    fn end_block(&mut self, chunk: &Bytes, next: usize) -> Found {
         let size = self.line_start;
         let raw = if self.partial.is_empty() {
-            chunk.slice(self.start..next)
+            Loc::Cur(self.start, next)
         } else {
             self.partial.extend_from_slice(&chunk[self.start..next]);
-            self.partial.split().freeze()
+            self.owned = self.partial.split().freeze();
+            Loc::Owned
         };
+        let block_start = self.start;
         self.start = next;
         self.line_start = 0;
         if size > self.max {
             self.reset_block();
-            return Frame::Oversized(raw);
+            return Found::plain(FrameKind::Oversized, raw);
         }
         if let Some(r) = self.id_valid.take() {
-            self.last_event_id = raw.slice(r);
+            self.last_event_id = match raw {
+                Loc::Cur(..) => chunk.slice(block_start + r.start..block_start + r.end),
+                Loc::Owned => self.owned.slice(r),
+            };
         }
         if let Some(n) = self.retry {
             self.reconnection_time = Some(n);
         }
         let data = match std::mem::replace(&mut self.data, Data::None) {
-            Data::None => None,
-            Data::One(r) => Some(DataRepr::Slice(r)),
-            Data::Many => Some(DataRepr::Joined(self.scratch.split().freeze())),
+            Data::None => {
+                self.reset_block();
+                return Found::plain(FrameKind::Skipped, raw);
+            }
+            Data::One(r) => Some(r),
+            Data::Many => {
+                self.joined = self.scratch.split().freeze();
+                None
+            }
         };
-        let event = self.event.take();
-        let id = self.id.take();
-        let retry = self.retry.take();
-        match data {
-            None => Frame::Skipped(raw),
-            Some(data) => Frame::Event(Event {
-                raw,
-                data,
-                event,
-                id,
-                retry,
-                last_event_id: self.last_event_id.clone(),
-            }),
+        Found {
+            kind: FrameKind::Event,
+            raw,
+            data,
+            event: self.event.take(),
+            id: self.id.take(),
+            retry: self.retry.take(),
         }
     }
 
@@ -799,6 +1099,16 @@ impl Parser {
         self.id_valid = None;
         self.retry = None;
     }
+}
+
+/// Index of the first CR or LF: a plain loop for short inputs (where a
+/// `memchr2` call costs more than it saves), `memchr2` otherwise.
+#[inline]
+fn find_line_end(b: &[u8]) -> Option<usize> {
+    if b.len() <= 16 {
+        return b.iter().position(|&c| c == b'\n' || c == b'\r');
+    }
+    memchr::memchr2(b'\n', b'\r', b)
 }
 
 #[cfg(test)]
