@@ -437,6 +437,7 @@ proptest! {
         extra_n in 0..2u32,
         only_cited in any::<bool>(),
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        drain in prop::collection::vec(any::<bool>(), 0..4),
     ) {
         let (input, contents) = build(&spec);
         let sources = chat_ref::make_sources(3);
@@ -461,6 +462,10 @@ proptest! {
         cs.sort_unstable();
         let out = chat_ref::run_chat(&arc, &o, &chat_ref::split_at(&input, &cs));
         prop_assert!(out == whole, "random chunking {:?} differs", cs);
+        // Same chunking, output taken only now and then.
+        let mut rw = citestream::ChatStream::new(arc.clone(), o.rewrite_options());
+        let out = chat_ref::drive_mixed(&mut rw, &chat_ref::split_at(&input, &cs), &drain);
+        prop_assert!(out == whole, "draining {:?} differs", drain);
         // Whole-body rewrite of the same contents.
         if dialect.sources {
             let body = whole_body_annotations(&contents, &arc, &o);

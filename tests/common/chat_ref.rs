@@ -710,6 +710,30 @@ pub fn drive<R: StreamRewriter + ?Sized>(rw: &mut R, pieces: &[&[u8]]) -> Vec<u8
     out
 }
 
+/// Like [`drive`], but drains only after the pieces `i` with
+/// `drain[i % drain.len()]` (always when `drain` is empty), so several
+/// pieces may be queued before the output is taken.
+pub fn drive_mixed<R: StreamRewriter + ?Sized>(
+    rw: &mut R,
+    pieces: &[&[u8]],
+    drain: &[bool],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, p) in pieces.iter().enumerate() {
+        rw.feed(Bytes::copy_from_slice(p));
+        if drain.is_empty() || drain[i % drain.len()] {
+            while let Some(b) = rw.next_output() {
+                out.extend_from_slice(&b);
+            }
+        }
+    }
+    rw.finish();
+    while let Some(b) = rw.next_output() {
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
 /// `input` in pieces of `size` bytes (`0` = whole).
 pub fn pieces(input: &[u8], size: usize) -> Vec<&[u8]> {
     if size == 0 || input.is_empty() {
