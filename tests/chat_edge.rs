@@ -679,3 +679,27 @@ fn choice_indices_beyond_the_limit_pass_through() {
         input.split_inclusive("\n\n").take(2).collect::<String>()
     );
 }
+
+#[test]
+fn messages_multi_line_message_delta_crlf_every_split() {
+    let input = "event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{}}\r\n\r\n\
+event: message_delta\r\nid: 5\r\ndata: {\"type\":\"message_delta\",\r\ndata: \"delta\":{\"stop_reason\":\"end_turn\"}}\r\n\r\n\
+event: message_stop\r\ndata: {\"type\":\"message_stop\"}\r\n\r\n";
+    for input in [input.to_string(), input.replace("\r\n", "\r")] {
+        let input = input.as_bytes();
+        let o = RefOpts {
+            dialect: Dialect::BOTH,
+            ..RefOpts::default()
+        };
+        let (whole, ex) = chat_ref::check_messages("md multi", input, &src(2), &o, &[1, 2, 3]);
+        assert!(ex.top);
+        let s = String::from_utf8_lossy(&whole).into_owned();
+        assert!(s.contains("event: message_delta\nid: 5\ndata: "), "{s}");
+        let arc = Arc::new(Sources::new(src(2)));
+        for cut in 0..=input.len() {
+            let mut rw = citestream::MessagesStream::new(arc.clone(), o.rewrite_options());
+            let out = chat_ref::drive(&mut rw, &chat_ref::split_at(input, &[cut]));
+            assert_eq!(out, whole, "cut at {cut}");
+        }
+    }
+}
