@@ -44,7 +44,7 @@ use bytes::Bytes;
 
 use crate::cite::{Marker, MarkerTracker};
 use crate::json::{self, ArrayWalker, Invalid, Member, ObjectWalker, Splice};
-use crate::options::{MAX_CHOICES, Out, RewriteOptions};
+use crate::options::{Driver, Handler, MAX_CHOICES, Out, RewriteOptions};
 use crate::sources::Sources;
 use crate::sse::{self, Event, Frame, FrameKind, FrameRef, Parser};
 
@@ -662,8 +662,7 @@ struct ChoiceState {
 ///
 /// Never panics, on any input.
 pub struct ChatStream {
-    parser: Parser,
-    core: Core,
+    d: Driver<Core>,
 }
 
 /// Everything but the parser, so frames lent by the parser can be handled
@@ -683,16 +682,15 @@ struct Core {
     fast: Vec<FastChoice>,
     holes: Vec<Range<usize>>,
     template: Template,
-    ended: bool,
 }
 
 impl fmt::Debug for ChatStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ChatStream")
-            .field("parser", &self.parser)
-            .field("choices", &self.core.choices.len())
-            .field("finished", &self.core.finished)
-            .field("top_done", &self.core.top_done)
+            .field("parser", &self.d.parser)
+            .field("choices", &self.d.h.choices.len())
+            .field("finished", &self.d.h.finished)
+            .field("top_done", &self.d.h.top_done)
             .finish_non_exhaustive()
     }
 }
@@ -702,57 +700,45 @@ impl ChatStream {
     /// it adds nothing (the stream passes through unchanged).
     #[must_use]
     pub fn new(sources: Arc<Sources>, opts: RewriteOptions) -> Self {
+        let parser = Parser::with_config(&opts.sse);
         ChatStream {
-            parser: Parser::with_config(&opts.sse),
-            core: Core {
-                sources,
-                opts,
-                choices: Vec::new(),
-                finished: 0,
-                top_done: false,
-                last_envelope: Vec::new(),
-                out: Out::default(),
-                swallow_line_end: false,
-                scan: ChunkScan::default(),
-                scans: Vec::with_capacity(2),
-                fast: Vec::with_capacity(2),
-                holes: Vec::with_capacity(2),
-                template: Template::default(),
-                ended: false,
-            },
+            d: Driver::new(
+                parser,
+                Core {
+                    sources,
+                    opts,
+                    choices: Vec::new(),
+                    finished: 0,
+                    top_done: false,
+                    last_envelope: Vec::new(),
+                    out: Out::default(),
+                    swallow_line_end: false,
+                    scan: ChunkScan::default(),
+                    scans: Vec::with_capacity(2),
+                    fast: Vec::with_capacity(2),
+                    holes: Vec::with_capacity(2),
+                    template: Template::default(),
+                },
+            ),
         }
     }
 
     /// Queues an input piece (any size, split anywhere).
     pub fn feed(&mut self, chunk: Bytes) {
-        self.parser.feed(chunk);
+        self.d.feed(chunk);
     }
 
     /// Whether the top-level additions have been emitted (or queued).
     #[must_use]
     pub fn sources_emitted(&self) -> bool {
-        self.core.top_done
+        self.d.h.top_done
     }
 
     /// Ends the input: what remains (a trailing synthesized chunk if fewer
     /// than `n` choices finished, an unterminated last event's bytes) is
     /// queued for [`next_output`](ChatStream::next_output).
     pub fn finish(&mut self) {
-        // Handle complete frames first (a caller may call `finish` without
-        // draining).
-        while let Some(f) = self.parser.next_frame_ref() {
-            self.core.handle(&f);
-        }
-        let core = &mut self.core;
-        if core.ended {
-            return;
-        }
-        core.ended = true;
-        core.flush_pending_top();
-        if let Some(tail) = self.parser.finish() {
-            core.out.push(tail);
-        }
-        core.out.flush_run();
+        self.d.finish();
     }
 
     /// The next piece of output, or `None` when more input is needed.
@@ -762,23 +748,11 @@ impl ChatStream {
     /// `None` is returned, so nothing is held back.
     #[must_use]
     pub fn next_output(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(b) = self.core.out.pop() {
-                return Some(b);
-            }
-            match self.parser.next_frame_ref() {
-                Some(f) => self.core.handle(&f),
-                None => {
-                    self.core.out.flush_run();
-                    return self.core.out.pop();
-                }
-            }
-        }
+        self.d.next_output()
     }
 }
 
-impl Core {
-    /// Handles one frame lent by the parser.
+impl Handler for Core {
     #[inline]
     fn handle(&mut self, f: &FrameRef<'_>) {
         let swallow = std::mem::replace(&mut self.swallow_line_end, false);
@@ -789,6 +763,16 @@ impl Core {
         }
     }
 
+    fn out(&mut self) -> &mut Out {
+        &mut self.out
+    }
+
+    fn end(&mut self) {
+        self.flush_pending_top();
+    }
+}
+
+impl Core {
     fn emit(&mut self, b: Bytes) {
         self.out.push(b);
     }

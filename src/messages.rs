@@ -25,7 +25,7 @@ use bytes::Bytes;
 use crate::chat::{Existing, add_top_level, splice_event};
 use crate::cite::MarkerTracker;
 use crate::json::{self, Invalid, ObjectWalker, Splice};
-use crate::options::{Out, RewriteOptions};
+use crate::options::{Driver, Handler, Out, RewriteOptions};
 use crate::sources::Sources;
 use crate::sse::{Frame, FrameKind, FrameRef, Parser};
 
@@ -59,8 +59,7 @@ use crate::sse::{Frame, FrameKind, FrameRef, Parser};
 ///
 /// Never panics, on any input.
 pub struct MessagesStream {
-    parser: Parser,
-    core: Core,
+    d: Driver<Core>,
 }
 
 /// Everything but the parser (see [`crate::ChatStream`]'s layout).
@@ -72,14 +71,13 @@ struct Core {
     done: bool,
     out: Out,
     swallow_line_end: bool,
-    ended: bool,
 }
 
 impl fmt::Debug for MessagesStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MessagesStream")
-            .field("parser", &self.parser)
-            .field("done", &self.core.done)
+            .field("parser", &self.d.parser)
+            .field("done", &self.d.h.done)
             .finish_non_exhaustive()
     }
 }
@@ -91,46 +89,37 @@ impl MessagesStream {
     pub fn new(sources: Arc<Sources>, opts: RewriteOptions) -> Self {
         let tracker = (opts.only_cited && opts.dialect.citations)
             .then(|| MarkerTracker::new(sources.len() as u32, opts.offsets));
+        let parser = Parser::with_config(&opts.sse);
         MessagesStream {
-            parser: Parser::with_config(&opts.sse),
-            core: Core {
-                sources,
-                opts,
-                tracker,
-                done: false,
-                out: Out::default(),
-                swallow_line_end: false,
-                ended: false,
-            },
+            d: Driver::new(
+                parser,
+                Core {
+                    sources,
+                    opts,
+                    tracker,
+                    done: false,
+                    out: Out::default(),
+                    swallow_line_end: false,
+                },
+            ),
         }
     }
 
     /// Queues an input piece (any size, split anywhere).
     pub fn feed(&mut self, chunk: Bytes) {
-        self.parser.feed(chunk);
+        self.d.feed(chunk);
     }
 
     /// Whether the `message_delta` event got our members.
     #[must_use]
     pub fn sources_emitted(&self) -> bool {
-        self.core.done
+        self.d.h.done
     }
 
     /// Ends the input; an unterminated last event's bytes are queued for
     /// [`next_output`](MessagesStream::next_output).
     pub fn finish(&mut self) {
-        while let Some(f) = self.parser.next_frame_ref() {
-            self.core.handle(&f);
-        }
-        let core = &mut self.core;
-        if core.ended {
-            return;
-        }
-        core.ended = true;
-        if let Some(tail) = self.parser.finish() {
-            core.out.push(tail);
-        }
-        core.out.flush_run();
+        self.d.finish();
     }
 
     /// The next piece of output, or `None` when more input is needed
@@ -138,22 +127,11 @@ impl MessagesStream {
     /// slice of it).
     #[must_use]
     pub fn next_output(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(b) = self.core.out.pop() {
-                return Some(b);
-            }
-            match self.parser.next_frame_ref() {
-                Some(f) => self.core.handle(&f),
-                None => {
-                    self.core.out.flush_run();
-                    return self.core.out.pop();
-                }
-            }
-        }
+        self.d.next_output()
     }
 }
 
-impl Core {
+impl Handler for Core {
     #[inline]
     fn handle(&mut self, f: &FrameRef<'_>) {
         let swallow = std::mem::replace(&mut self.swallow_line_end, false);
@@ -164,6 +142,14 @@ impl Core {
         }
     }
 
+    fn out(&mut self) -> &mut Out {
+        &mut self.out
+    }
+
+    fn end(&mut self) {}
+}
+
+impl Core {
     fn event(&mut self, f: &FrameRef<'_>) {
         let ty = f.event_type();
         if ty == b"content_block_delta" {

@@ -199,3 +199,71 @@ impl Out {
         self.queue.pop_front()
     }
 }
+
+/// What a streaming rewriter does with each frame; [`Driver`] does the
+/// rest (parsing, draining, the end of the input).
+pub(crate) trait Handler {
+    /// Handles one frame lent by the parser, queueing output in `out()`.
+    fn handle(&mut self, f: &crate::sse::FrameRef<'_>);
+    /// The output queue.
+    fn out(&mut self) -> &mut Out;
+    /// The input ended (called once, before the unterminated tail goes out).
+    fn end(&mut self);
+}
+
+/// The parser and a [`Handler`]: the sans-IO loop shared by the streaming
+/// rewriters. The handler is a separate value so it can change while the
+/// parser lends it a frame.
+#[derive(Debug)]
+pub(crate) struct Driver<H> {
+    pub(crate) parser: crate::sse::Parser,
+    pub(crate) h: H,
+    ended: bool,
+}
+
+impl<H: Handler> Driver<H> {
+    pub(crate) fn new(parser: crate::sse::Parser, h: H) -> Self {
+        Driver {
+            parser,
+            h,
+            ended: false,
+        }
+    }
+
+    pub(crate) fn feed(&mut self, chunk: bytes::Bytes) {
+        self.parser.feed(chunk);
+    }
+
+    pub(crate) fn next_output(&mut self) -> Option<bytes::Bytes> {
+        loop {
+            if let Some(b) = self.h.out().pop() {
+                return Some(b);
+            }
+            match self.parser.next_frame_ref() {
+                Some(f) => self.h.handle(&f),
+                None => {
+                    let out = self.h.out();
+                    out.flush_run();
+                    return out.pop();
+                }
+            }
+        }
+    }
+
+    pub(crate) fn finish(&mut self) {
+        // Handle complete frames first (a caller may call `finish` without
+        // draining).
+        while let Some(f) = self.parser.next_frame_ref() {
+            self.h.handle(&f);
+        }
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        self.h.end();
+        if let Some(tail) = self.parser.finish() {
+            self.h.out().push(tail);
+        }
+        self.h.out().flush_run();
+    }
+}

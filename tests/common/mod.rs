@@ -3,3 +3,4 @@
 
 pub mod chat_ref;
 pub mod cite_ref;
+pub mod sse_ref;
