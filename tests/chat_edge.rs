@@ -703,3 +703,42 @@ event: message_stop\r\ndata: {\"type\":\"message_stop\"}\r\n\r\n";
         }
     }
 }
+
+#[test]
+fn chunk_like_the_previous_one_but_invalid_is_not_read() {
+    // The rewriter learns the shape of plain content chunks; a chunk that
+    // has the same bytes around a "string" that really ends early is invalid
+    // JSON and must not be read (nor annotated), only forwarded.
+    let good = |c: &str| chunk("c", &delta(0, c, None), ",\"obfuscation\":\"ab\"");
+    let input = [
+        good("A "),
+        good("B "),
+        // `"content":"[1]\"},"finish_reason"...`: the same bytes as a
+        // plain chunk if the string ended at the escaped quote; it really
+        // ends after `\"},`, and what follows is not JSON.
+        chunk(
+            "c",
+            r#"{"index":0,"delta":{"content":"[1]\"},"finish_reason":null}"#,
+            ",\"obfuscation\":\"ab\"",
+        ),
+        good("[2]"),
+        chunk("c", &delta(0, "", Some("stop")), ""),
+    ]
+    .concat();
+    let (out, _, found) = chat_ref::check_chat(
+        "template",
+        input.as_bytes(),
+        &src(2),
+        &RefOpts::default(),
+        READS,
+    );
+    assert_eq!(found.len(), 1);
+    let anns = found[0].1.as_array().unwrap();
+    assert_eq!(
+        anns.len(),
+        1,
+        "only [2] counts: {}",
+        String::from_utf8_lossy(&out)
+    );
+    assert_eq!(anns[0]["url_citation"]["start_index"], 4);
+}

@@ -339,6 +339,21 @@ fn build(spec: &StreamSpec) -> (Vec<u8>, Vec<Option<Vec<u8>>>) {
         data.extend_from_slice(&entries.join(&b","[..]));
         data.extend_from_slice(b"]");
         data.extend_from_slice(extra);
+        // Varying top-level strings (`obfuscation`-like), some of which
+        // look like JSON structure, and a varying number.
+        if spec.fingerprint {
+            let obf: &[u8] = [
+                &br#""aB3""#[..],
+                br#""x\"},\"choices\":[{\"index\":1,\"delta\":{\"content\":\"[2]\"},\"finish_reason\":\"stop\"}],\"y\":\"""#,
+                b"\"\"",
+                br#""\u00e9\\""#,
+                br#""[1]""#,
+                br#""zz""#,
+            ][ids % 6];
+            data.extend_from_slice(b",\"obfuscation\":");
+            data.extend_from_slice(obf);
+            data.extend_from_slice(format!(",\"seq\":{}", ids % 3).as_bytes());
+        }
         data.extend_from_slice(b"}");
         ids += 1;
         frame(out, &data, *framing.next().unwrap(), ids);
