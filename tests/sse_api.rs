@@ -127,8 +127,10 @@ fn event_and_frame_stay_small() {
     if cfg!(target_pointer_width = "64") {
         assert!(size_of::<Event>() <= 160, "Event is {}", size_of::<Event>());
         assert!(size_of::<Frame>() <= 160, "Frame is {}", size_of::<Frame>());
+        // The parser also holds the last gathered frame and joined data
+        // (2 x 32) so frames can be lent without touching reference counts.
         assert!(
-            size_of::<Parser>() <= 400,
+            size_of::<Parser>() <= 448,
             "Parser is {}",
             size_of::<Parser>()
         );
