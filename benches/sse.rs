@@ -86,6 +86,7 @@ fn bench_stream(c: &mut Criterion, name: &str, input: &[u8]) {
         .collect();
     for (label, pieces) in &reads {
         let events = drive::citestream(&config, pieces);
+        assert_eq!(drive::citestream_ref(&config, pieces), events);
         assert_eq!(
             drive::sse_stream(pieces),
             events,
@@ -108,6 +109,9 @@ fn bench_stream(c: &mut Criterion, name: &str, input: &[u8]) {
     for (label, pieces) in &reads {
         bench_pieces(&mut group, "citestream", label, pieces, |p| {
             drive::citestream(&config, p)
+        });
+        bench_pieces(&mut group, "citestream-ref", label, pieces, |p| {
+            drive::citestream_ref(&config, p)
         });
         bench_pieces(&mut group, "sse-stream", label, pieces, drive::sse_stream);
     }

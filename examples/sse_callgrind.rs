@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! sse_callgrind <parser> <input> <read> [repeat]
-//!   parser: citestream | sse-stream | sse-stream-body | eventsource-stream
+//!   parser: citestream | citestream-ref | sse-stream | sse-stream-body | eventsource-stream
 //!   input:  openai_4000 | upstream_fixtures | long_line_<KiB>
 //!   read:   piece size in bytes, or `whole`
 //!   repeat: run the parse this many times (default 1; for `perf record`)
@@ -25,6 +25,7 @@ use common::sse as drive;
 fn measured(parser: &str, config: &Config, pieces: &[Bytes]) -> usize {
     match parser {
         "citestream" => drive::citestream(config, pieces),
+        "citestream-ref" => drive::citestream_ref(config, pieces),
         "sse-stream" => drive::sse_stream(pieces),
         "sse-stream-body" => drive::sse_stream_body(pieces),
         "eventsource-stream" => drive::eventsource_stream(pieces),

@@ -35,11 +35,17 @@ fi
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/fuzz/target}
 corpus=fuzz/corpus/$target
 mkdir -p "$corpus"
+# The rewriter targets get the JSON/chunk dictionary, the parser ones the
+# SSE one; all start from the recorded streams.
+case $target in
+    chat_*|messages_*) dict=fuzz/chat.dict ;;
+    *) dict=fuzz/sse.dict ;;
+esac
 
 if [ "$seconds" -eq 0 ]; then
     exec cargo +nightly fuzz run "$target" "$corpus" fuzz/seeds/sse -- \
-        -runs=0 -dict=fuzz/sse.dict
+        -runs=0 -dict="$dict"
 fi
 # libFuzzer writes new inputs to the first directory only.
 exec cargo +nightly fuzz run "$target" "$corpus" fuzz/seeds/sse -- \
-    -max_total_time="$seconds" -dict=fuzz/sse.dict -print_final_stats=1
+    -max_total_time="$seconds" -dict="$dict" -print_final_stats=1

@@ -16,7 +16,7 @@
 #                                       conventional gateway baselines)
 #   READS="1460 16384"                  read sizes for the two streams
 #   INPUTS="openai_4000 upstream_fixtures"
-#   PARSERS="citestream sse-stream eventsource-stream"
+#   PARSERS="citestream citestream-ref sse-stream eventsource-stream"
 #   LONG=1                              also the long-line check (default on)
 #   --annotate   keep the callgrind files and print `callgrind_annotate` of
 #                citestream on openai_4000 at 1460 B (where the time goes).
@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 
 READS=${READS:-"1460 16384"}
 INPUTS=${INPUTS:-"openai_4000 upstream_fixtures"}
-PARSERS=${PARSERS:-"citestream sse-stream eventsource-stream"}
+PARSERS=${PARSERS:-"citestream citestream-ref sse-stream eventsource-stream"}
 LONG=${LONG:-1}
 annotate=0
 [[ ${1:-} == --annotate ]] && annotate=1

@@ -144,7 +144,8 @@ pub(crate) fn add_top_level(
         put("citations", c.as_bytes(), &existing.citations, splice);
     }
     if !tail.is_empty() {
-        splice.replace(close..close, tail);
+        let at = json::insert_point(b, close);
+        splice.replace(at..at, tail);
     }
 }
 
@@ -1222,13 +1223,19 @@ fn body_choices(
             let mut mw = ObjectWalker::new(b, m.value_start, w.depth())?;
             let mut tracker = MarkerTracker::new(sources.len() as u32, opts.offsets);
             let mut annotations: Option<Found> = None;
+            // With duplicate keys the last one counts (as in serde_json and
+            // the streaming path).
+            let mut content = None;
             while let Some(mm) = mw.next_member()? {
                 let end = mw.skip_value()?;
-                if mm.key_is(b, "content") && b[mm.value_start] == b'"' {
-                    tracker.push_json(&b[mm.value_start + 1..end - 1]);
+                if mm.key_is(b, "content") {
+                    content = (b[mm.value_start] == b'"').then(|| mm.value_start + 1..end - 1);
                 } else if mm.key_is(b, "annotations") {
                     annotations = Some(Found { member: mm, end });
                 }
+            }
+            if let Some(r) = content {
+                tracker.push_json(&b[r]);
             }
             tracker.finish();
             let markers = tracker.take_markers();
@@ -1245,8 +1252,8 @@ fn body_choices(
                         // Append ours inside the upstream array.
                         if !markers.is_empty() {
                             let inner = &ours[1..ours.len() - 1];
-                            let close = f.end - 1;
-                            let empty = json::skip_ws(b, f.member.value_start + 1) == close;
+                            let close = json::insert_point(b, f.end - 1);
+                            let empty = close == f.member.value_start + 1;
                             let mut ins = Vec::with_capacity(inner.len() + 1);
                             if !empty {
                                 ins.push(b',');
@@ -1257,7 +1264,7 @@ fn body_choices(
                     }
                     Some(f) => sp.replace(f.value(), ours),
                     None => {
-                        let close = mw.close();
+                        let close = json::insert_point(b, mw.close());
                         let mut ins = Vec::with_capacity(ours.len() + 16);
                         if mw.has_members() {
                             ins.push(b',');

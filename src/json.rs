@@ -114,6 +114,18 @@ pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
     }
 }
 
+/// Where to insert before the closing bracket at `close`: just after the
+/// last token, before any whitespace, so pretty-printed JSON stays tidy.
+#[inline]
+#[must_use]
+pub fn insert_point(b: &[u8], close: usize) -> usize {
+    let mut p = close.min(b.len());
+    while p > 0 && matches!(b[p - 1], b' ' | b'\t' | b'\n' | b'\r') {
+        p -= 1;
+    }
+    p
+}
+
 /// Validates the number starting at `b[i]`; returns the index after it.
 ///
 /// # Errors

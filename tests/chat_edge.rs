@@ -679,3 +679,66 @@ fn choice_indices_beyond_the_limit_pass_through() {
         input.split_inclusive("\n\n").take(2).collect::<String>()
     );
 }
+
+#[test]
+fn messages_multi_line_message_delta_crlf_every_split() {
+    let input = "event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{}}\r\n\r\n\
+event: message_delta\r\nid: 5\r\ndata: {\"type\":\"message_delta\",\r\ndata: \"delta\":{\"stop_reason\":\"end_turn\"}}\r\n\r\n\
+event: message_stop\r\ndata: {\"type\":\"message_stop\"}\r\n\r\n";
+    for input in [input.to_string(), input.replace("\r\n", "\r")] {
+        let input = input.as_bytes();
+        let o = RefOpts {
+            dialect: Dialect::BOTH,
+            ..RefOpts::default()
+        };
+        let (whole, ex) = chat_ref::check_messages("md multi", input, &src(2), &o, &[1, 2, 3]);
+        assert!(ex.top);
+        let s = String::from_utf8_lossy(&whole).into_owned();
+        assert!(s.contains("event: message_delta\nid: 5\ndata: "), "{s}");
+        let arc = Arc::new(Sources::new(src(2)));
+        for cut in 0..=input.len() {
+            let mut rw = citestream::MessagesStream::new(arc.clone(), o.rewrite_options());
+            let out = chat_ref::drive(&mut rw, &chat_ref::split_at(input, &[cut]));
+            assert_eq!(out, whole, "cut at {cut}");
+        }
+    }
+}
+
+#[test]
+fn chunk_like_the_previous_one_but_invalid_is_not_read() {
+    // The rewriter learns the shape of plain content chunks; a chunk that
+    // has the same bytes around a "string" that really ends early is invalid
+    // JSON and must not be read (nor annotated), only forwarded.
+    let good = |c: &str| chunk("c", &delta(0, c, None), ",\"obfuscation\":\"ab\"");
+    let input = [
+        good("A "),
+        good("B "),
+        // `"content":"[1]\"},"finish_reason"...`: the same bytes as a
+        // plain chunk if the string ended at the escaped quote; it really
+        // ends after `\"},`, and what follows is not JSON.
+        chunk(
+            "c",
+            r#"{"index":0,"delta":{"content":"[1]\"},"finish_reason":null}"#,
+            ",\"obfuscation\":\"ab\"",
+        ),
+        good("[2]"),
+        chunk("c", &delta(0, "", Some("stop")), ""),
+    ]
+    .concat();
+    let (out, _, found) = chat_ref::check_chat(
+        "template",
+        input.as_bytes(),
+        &src(2),
+        &RefOpts::default(),
+        READS,
+    );
+    assert_eq!(found.len(), 1);
+    let anns = found[0].1.as_array().unwrap();
+    assert_eq!(
+        anns.len(),
+        1,
+        "only [2] counts: {}",
+        String::from_utf8_lossy(&out)
+    );
+    assert_eq!(anns[0]["url_citation"]["start_index"], 4);
+}

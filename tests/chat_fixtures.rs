@@ -127,3 +127,29 @@ fn messages_fixtures_all_read_sizes() {
         }
     }
 }
+
+#[test]
+fn fixtures_with_crlf_and_cr_line_ends() {
+    // The same streams re-framed with CRLF and with CR line ends: the CR/LF
+    // pair is split by odd read sizes.
+    for (name, input) in fixtures() {
+        let text = String::from_utf8_lossy(&input).into_owned();
+        for (ends, framed) in [
+            ("crlf", text.replace('\n', "\r\n")),
+            ("cr", text.replace('\n', "\r")),
+        ] {
+            let ctx = format!("{name} {ends}");
+            let sources = chat_ref::make_sources(3);
+            let o = RefOpts {
+                dialect: Dialect::BOTH,
+                n: real_n(&name),
+                ..RefOpts::default()
+            };
+            if name.starts_with("anthropic_") {
+                chat_ref::check_messages(&ctx, framed.as_bytes(), &sources, &o, &[3, 5]);
+            } else {
+                chat_ref::check_chat(&ctx, framed.as_bytes(), &sources, &o, &[3, 5]);
+            }
+        }
+    }
+}

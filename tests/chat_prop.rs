@@ -90,6 +90,9 @@ enum Finish {
 struct ChoiceSpec {
     deltas: Vec<Vec<u8>>,
     finish: Finish,
+    /// Content sent after the choice finished (out of protocol; ignored),
+    /// optionally with a second finish_reason.
+    late: Option<(Vec<u8>, bool)>,
 }
 
 #[derive(Clone, Debug)]
@@ -120,7 +123,15 @@ fn choice_strategy() -> impl Strategy<Value = ChoiceSpec> {
             1 => Just(Finish::Never),
         ],
     )
-        .prop_map(|(deltas, finish)| ChoiceSpec { deltas, finish })
+        .prop_flat_map(|(deltas, finish)| {
+            prop::option::weighted(0.15, (delta_strategy(), any::<bool>())).prop_map(move |late| {
+                ChoiceSpec {
+                    deltas: deltas.clone(),
+                    finish: finish.clone(),
+                    late,
+                }
+            })
+        })
 }
 
 fn stream_strategy() -> impl Strategy<Value = StreamSpec> {
@@ -306,9 +317,15 @@ fn build(spec: &StreamSpec) -> (Vec<u8>, Vec<Option<Vec<u8>>>) {
             Finish::WithLast if k == 0 => q.push_back((entry(i, Some(b""), true, st()), true)),
             _ => {}
         }
+        if let Some((late, fin)) = &c.late {
+            q.push_back((entry(i, Some(late), *fin, st()), *fin));
+        }
         queues.push(q);
-        let finished = !matches!(c.finish, Finish::Never);
-        contents.push(finished.then(|| c.deltas.concat()));
+        contents.push(match (&c.finish, &c.late) {
+            (Finish::Never, Some((late, true))) => Some([c.deltas.concat(), late.clone()].concat()),
+            (Finish::Never, _) => None,
+            _ => Some(c.deltas.concat()),
+        });
     }
     let env = envelope(spec.fingerprint);
     let mut out = Vec::new();
@@ -322,6 +339,21 @@ fn build(spec: &StreamSpec) -> (Vec<u8>, Vec<Option<Vec<u8>>>) {
         data.extend_from_slice(&entries.join(&b","[..]));
         data.extend_from_slice(b"]");
         data.extend_from_slice(extra);
+        // Varying top-level strings (`obfuscation`-like), some of which
+        // look like JSON structure, and a varying number.
+        if spec.fingerprint {
+            let obf: &[u8] = [
+                &br#""aB3""#[..],
+                br#""x\"},\"choices\":[{\"index\":1,\"delta\":{\"content\":\"[2]\"},\"finish_reason\":\"stop\"}],\"y\":\"""#,
+                b"\"\"",
+                br#""\u00e9\\""#,
+                br#""[1]""#,
+                br#""zz""#,
+            ][ids % 6];
+            data.extend_from_slice(b",\"obfuscation\":");
+            data.extend_from_slice(obf);
+            data.extend_from_slice(format!(",\"seq\":{}", ids % 3).as_bytes());
+        }
         data.extend_from_slice(b"}");
         ids += 1;
         frame(out, &data, *framing.next().unwrap(), ids);
@@ -420,6 +452,7 @@ proptest! {
         extra_n in 0..2u32,
         only_cited in any::<bool>(),
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        drain in prop::collection::vec(any::<bool>(), 0..4),
     ) {
         let (input, contents) = build(&spec);
         let sources = chat_ref::make_sources(3);
@@ -444,6 +477,10 @@ proptest! {
         cs.sort_unstable();
         let out = chat_ref::run_chat(&arc, &o, &chat_ref::split_at(&input, &cs));
         prop_assert!(out == whole, "random chunking {:?} differs", cs);
+        // Same chunking, output taken only now and then.
+        let mut rw = citestream::ChatStream::new(arc.clone(), o.rewrite_options());
+        let out = chat_ref::drive_mixed(&mut rw, &chat_ref::split_at(&input, &cs), &drain);
+        prop_assert!(out == whole, "draining {:?} differs", drain);
         // Whole-body rewrite of the same contents.
         if dialect.sources {
             let body = whole_body_annotations(&contents, &arc, &o);
@@ -514,4 +551,85 @@ fn generator_covers_the_interesting_cases() {
     assert!(split > 20, "{split}");
     assert!(multi > 100, "{multi}");
     assert!(untopped > 5, "{untopped}");
+}
+
+/// A `chat.completion` body holding `contents`, written in `style` (bits:
+/// 0 escaped keys, 1-2 whitespace, 3-4 upstream `annotations` (absent,
+/// `[]`, one entry, `null`), 5 decoy members with markers, 6 upstream
+/// top-level `sources`/`citations`, 7 `message` first in the choice,
+/// 8 `content` after the other message members).
+fn body(contents: &[Vec<u8>], style: u16) -> Vec<u8> {
+    let esc = style & 1 != 0;
+    let ws: &[u8] = [&b""[..], b" ", b"\n  ", b"\t"][usize::from((style >> 1) & 3)];
+    let join = |parts: Vec<Vec<u8>>| parts.join(&[b",".as_slice(), ws].concat()[..]);
+    let kv = |k: &str, v: &[u8]| [key(k, esc).as_bytes(), b":", ws, v].concat();
+    let mut choices = Vec::new();
+    for (i, c) in contents.iter().enumerate() {
+        let content = kv("content", &[b"\"", c.as_slice(), b"\""].concat());
+        let mut mm = vec![kv("role", b"\"assistant\"")];
+        if style & (1 << 8) == 0 {
+            mm.push(content.clone());
+        }
+        match (style >> 3) & 3 {
+            0 => {}
+            1 => mm.push(kv("annotations", b"[ ]")),
+            2 => mm.push(kv(
+                "annotations",
+                br#"[{"type":"url_citation","url_citation":{"start_index":0,"end_index":0,"url":"u","title":"t"}}]"#,
+            )),
+            _ => mm.push(kv("annotations", b"null")),
+        }
+        if style & (1 << 5) != 0 {
+            mm.push(b"\"reasoning_content\":\"[1]\"".to_vec());
+            mm.push(b"\"refusal\":\"[2]\"".to_vec());
+            mm.push(br#""tool_calls":[{"function":{"arguments":"[1]","content":"[3]"}}]"#.to_vec());
+        }
+        if style & (1 << 8) != 0 {
+            mm.push(content);
+        }
+        let msg = [b"{".as_slice(), ws, &join(mm), ws, b"}"].concat();
+        let mut cm = vec![
+            kv("index", i.to_string().as_bytes()),
+            kv("message", &msg),
+            kv("finish_reason", b"\"stop\""),
+        ];
+        if style & (1 << 7) != 0 {
+            cm.swap(0, 1);
+        }
+        choices.push([b"{".as_slice(), &join(cm), b"}"].concat());
+    }
+    let mut top = vec![
+        kv("id", b"\"chatcmpl-b\""),
+        kv("object", b"\"chat.completion\""),
+        kv(
+            "choices",
+            &[b"[".as_slice(), ws, &join(choices), ws, b"]"].concat(),
+        ),
+    ];
+    if style & (1 << 6) != 0 {
+        top.insert(1, kv("citations", br#"["https://up"]"#));
+        top.push(kv("sources", b"[]"));
+    }
+    top.push(kv("usage", br#"{"total_tokens":1}"#));
+    [ws, b"{", ws, &join(top), ws, b"}", ws].concat()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn whole_body_equals_reference(
+        spec in stream_strategy(),
+        style in any::<u16>(),
+        unit in unit_strategy(),
+        dialect in dialect_strategy(),
+        only_cited in any::<bool>(),
+    ) {
+        let contents: Vec<Vec<u8>> = spec.choices.iter().map(|c| c.deltas.concat()).collect();
+        let b = body(&contents, style);
+        let sources = chat_ref::make_sources(3);
+        let o = RefOpts { dialect, unit, only_cited, ..RefOpts::default() };
+        let out = chat::rewrite_body(&b, &Sources::new(sources.clone()), &o.rewrite_options());
+        chat_ref::check_body("body", &b, &out, &sources, &o);
+    }
 }

@@ -12,7 +12,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use citestream::sse::{Config, Frame, Parser};
+use citestream::sse::{Config, Frame, FrameKind, Parser};
 use futures::Stream;
 
 /// citestream: `feed` each piece, drain `next_frame`, then `finish`.
@@ -25,6 +25,25 @@ pub(crate) fn citestream(config: &Config, pieces: &[Bytes]) -> usize {
         while let Some(frame) = parser.next_frame() {
             if let Frame::Event(event) = frame {
                 black_box(event.data());
+                events += 1;
+            }
+        }
+    }
+    black_box(parser.finish());
+    events
+}
+
+/// citestream's borrowing read path: `feed` each piece, drain
+/// `next_frame_ref` (frames lent, no `Bytes` made per event).
+#[inline(never)]
+pub(crate) fn citestream_ref(config: &Config, pieces: &[Bytes]) -> usize {
+    let mut parser = Parser::with_config(config);
+    let mut events = 0;
+    for piece in pieces {
+        parser.feed(piece.clone());
+        while let Some(frame) = parser.next_frame_ref() {
+            if frame.kind() == FrameKind::Event {
+                black_box(frame.data());
                 events += 1;
             }
         }

@@ -241,16 +241,16 @@ impl ChunkSpec {
             .choices
             .as_ref()
             .map(|cs| Val::Arr(cs.iter().map(ChoiceV::to_val).collect()));
-        if !self.choices_last {
-            if let Some(c) = &choices {
-                m.push((Key::Choices, c.clone()));
-            }
+        if !self.choices_last
+            && let Some(c) = &choices
+        {
+            m.push((Key::Choices, c.clone()));
         }
         m.extend(self.extra.iter().cloned());
-        if self.choices_last {
-            if let Some(c) = choices {
-                m.push((Key::Choices, c));
-            }
+        if self.choices_last
+            && let Some(c) = choices
+        {
+            m.push((Key::Choices, c));
         }
         Val::Obj(m)
     }

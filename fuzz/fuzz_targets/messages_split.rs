@@ -28,6 +28,8 @@ struct Case {
     limit: Option<u16>,
     shaped: bool,
     cuts: Vec<u16>,
+    /// Drain after piece `i` when `drain[i % len]` (always when empty).
+    drain: Vec<bool>,
     data: Vec<u8>,
 }
 
@@ -51,6 +53,8 @@ fuzz_target!(|case: Case| {
     cuts.sort_unstable();
     let split = chat_ref::drive(&mut new(), &chat_ref::split_at(&input, &cuts));
     assert!(split == whole, "split at {cuts:?} differs");
+    let mixed = chat_ref::drive_mixed(&mut new(), &chat_ref::split_at(&input, &cuts), &case.drain);
+    assert!(mixed == whole, "draining {:?} differs", case.drain);
     if input.len() <= 4096 {
         let bytes = chat_ref::drive(&mut new(), &chat_ref::pieces(&input, 1));
         assert!(bytes == whole, "one byte at a time differs");

@@ -710,6 +710,30 @@ pub fn drive<R: StreamRewriter + ?Sized>(rw: &mut R, pieces: &[&[u8]]) -> Vec<u8
     out
 }
 
+/// Like [`drive`], but drains only after the pieces `i` with
+/// `drain[i % drain.len()]` (always when `drain` is empty), so several
+/// pieces may be queued before the output is taken.
+pub fn drive_mixed<R: StreamRewriter + ?Sized>(
+    rw: &mut R,
+    pieces: &[&[u8]],
+    drain: &[bool],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, p) in pieces.iter().enumerate() {
+        rw.feed(Bytes::copy_from_slice(p));
+        if drain.is_empty() || drain[i % drain.len()] {
+            while let Some(b) = rw.next_output() {
+                out.extend_from_slice(&b);
+            }
+        }
+    }
+    rw.finish();
+    while let Some(b) = rw.next_output() {
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
 /// `input` in pieces of `size` bytes (`0` = whole).
 pub fn pieces(input: &[u8], size: usize) -> Vec<&[u8]> {
     if size == 0 || input.is_empty() {
@@ -1254,4 +1278,106 @@ pub fn messages_stream_from_fuzz(data: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+// ---------------------------------------------------------------------------
+// Whole bodies.
+// ---------------------------------------------------------------------------
+
+/// Checks a whole-body chat rewrite against the reference: unchanged when
+/// the body is not a JSON object with a `choices` array (or there are no
+/// sources); else each `choices[i].message` object has `annotations` =
+/// upstream ones (when an array) + ours (in place when the member existed,
+/// else appended), top-level ours replace upstream members of the same
+/// name, and nothing else changes.
+pub fn check_body(ctx: &str, body: &[u8], out: &[u8], sources: &[Source], o: &RefOpts) {
+    let parsed = parse(body).filter(|j| matches!(j.get("choices"), Some(J::Arr(_))));
+    let Some(orig) = parsed.filter(|_| !sources.is_empty()) else {
+        assert!(out == body, "{ctx}: body must be unchanged");
+        return;
+    };
+    let got = parse(out).unwrap_or_else(|| panic!("{ctx}: output is not JSON"));
+    let keys = o.top_keys();
+    let mut cited = vec![false; sources.len() + 1];
+    let J::Arr(choices) = orig.get("choices").unwrap().clone() else {
+        unreachable!()
+    };
+    let mut new_choices = Vec::new();
+    for c in choices {
+        let Some(msg) = c.get("message").filter(|m| m.is_obj()).cloned() else {
+            new_choices.push(c);
+            continue;
+        };
+        let content = match msg.get("content") {
+            Some(J::Str(s)) => s.clone(),
+            _ => Vec::new(),
+        };
+        let ms = markers_of(&content, sources.len(), o.unit);
+        for m in &ms {
+            cited[m.number as usize] = true;
+        }
+        if !o.dialect.sources {
+            new_choices.push(c);
+            continue;
+        }
+        let ours: Vec<J> = ms
+            .iter()
+            .map(|m| {
+                // Members in the spec's order (a `Value` would sort them).
+                let s = &sources[m.number as usize - 1];
+                let txt = format!(
+                    "{{\"type\":\"url_citation\",\"url_citation\":{{\"start_index\":{},\"end_index\":{},\"url\":{},\"title\":{}}}}}",
+                    m.start,
+                    m.end,
+                    serde_json::to_string(&s.url.clone().unwrap_or_default()).unwrap(),
+                    serde_json::to_string(&s.title.clone().unwrap_or_default()).unwrap()
+                );
+                parse(txt.as_bytes()).unwrap()
+            })
+            .collect();
+        let msg = match msg.get("annotations") {
+            Some(J::Arr(up)) => {
+                let mut all = up.clone();
+                all.extend(ours);
+                msg.with("annotations", J::Arr(all))
+            }
+            Some(_) => msg.with("annotations", J::Arr(ours)),
+            None => {
+                let J::Obj(mut m) = msg else { unreachable!() };
+                m.push((b"annotations".to_vec(), J::Arr(ours)));
+                J::Obj(m)
+            }
+        };
+        new_choices.push(c.with("message", msg));
+    }
+    let want = orig.with("choices", J::Arr(new_choices)).without(&keys);
+    // Compared as values: a string's escapes may differ only in ours.
+    assert_eq!(
+        got.without(&keys).to_value(),
+        want.to_value(),
+        "{ctx}: body differs beyond our additions"
+    );
+    assert!(
+        got.without(&keys) == want,
+        "{ctx}: upstream bytes (or member order) of the body changed:\n{}\n{}",
+        String::from_utf8_lossy(out),
+        {
+            let (g, w) = (format!("{:?}", got.without(&keys)), format!("{want:?}"));
+            let k = g.bytes().zip(w.bytes()).take_while(|(a, b)| a == b).count();
+            format!(
+                "got  ...{}\nwant ...{}",
+                &g[k.saturating_sub(200)..(k + 200).min(g.len())],
+                &w[k.saturating_sub(200)..(k + 200).min(w.len())]
+            )
+        }
+    );
+    for k in &keys {
+        assert_eq!(got.count(k), 1, "{ctx}: `{k}` count");
+        let v = if *k == "sources" {
+            expected_sources(sources)
+        } else {
+            expected_citations(sources, o.only_cited.then_some(&cited[..]))
+        };
+        assert_eq!(got.get(k).unwrap().to_value(), v, "{ctx}: `{k}`");
+    }
 }
