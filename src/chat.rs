@@ -427,7 +427,7 @@ fn fast_scan(
                 if !c.empty(b']') {
                     loop {
                         if c.peek() == b'{' {
-                            if !fast_choice(&mut c, out)? {
+                            if !fast_choice(&mut c, out, holes)? {
                                 return Ok(false);
                             }
                         } else {
@@ -463,7 +463,11 @@ fn fast_scan(
 
 /// One choice object (cursor on its `{`).
 #[inline]
-fn fast_choice(c: &mut Cur<'_>, out: &mut Vec<FastChoice>) -> Result<bool, Invalid> {
+fn fast_choice(
+    c: &mut Cur<'_>,
+    out: &mut Vec<FastChoice>,
+    holes: &mut Vec<Range<usize>>,
+) -> Result<bool, Invalid> {
     let d = c.b;
     c.i += 1;
     let mut fc = FastChoice {
@@ -484,6 +488,12 @@ fn fast_choice(c: &mut Cur<'_>, out: &mut Vec<FastChoice>) -> Result<bool, Inval
                             let is_content = &d[k] == b"content";
                             if is_content && c.peek() == b'"' {
                                 fc.content = Some(c.string()?.0);
+                            } else if c.peek() == b'"' {
+                                // Another string of the delta
+                                // (`reasoning_content`, `role`, …): a hole.
+                                let s = c.i;
+                                c.skip(4)?;
+                                holes.push(s..c.i);
                             } else {
                                 if is_content {
                                     fc.content = None;
@@ -523,32 +533,39 @@ fn fast_choice(c: &mut Cur<'_>, out: &mut Vec<FastChoice>) -> Result<bool, Inval
 /// Largest chunk a [`Template`] is learned from.
 const MAX_TEMPLATE: usize = 4096;
 
-/// The shape of the last plain content chunk, learned so the next ones can
-/// be checked with a few comparisons instead of a full scan.
+/// How many chunk shapes a stream keeps (content and reasoning chunks
+/// alternate in some streams; `n` > 1 interleaves choices).
+const TEMPLATES: usize = 4;
+
+/// The shape of a recent chunk without a finish, learned so the next ones
+/// can be checked with a few comparisons instead of a full scan.
 ///
 /// Chunks of one stream are nearly identical: the same `id`, `model`,
-/// `created`, keys and punctuation, only the content string (and a few
-/// top-level strings such as `obfuscation`) vary. A template is the learned
-/// chunk cut at those strings ("holes"). A chunk made of the same literal
-/// segments with a valid JSON string in each hole parses exactly like the
-/// chunk the template was learned from, except for those strings, so it is
-/// valid JSON with the same choice index, no `finish_reason`, and its
-/// content in the content hole. Anything else takes the full scan.
+/// `created`, keys and punctuation; only string values vary (the content,
+/// reasoning text, `obfuscation` padding). A template is the learned chunk
+/// cut at those strings ("holes"): the delta's string members and the
+/// top-level strings other than the envelope's. A chunk made of the same
+/// literal segments with a valid JSON string in each hole parses exactly
+/// like the chunk the template was learned from, except for those strings:
+/// it is valid JSON, for the same choice index, without `finish_reason`,
+/// with its content (if the template has a content hole) in that hole.
+/// Anything else takes the full scan.
 #[derive(Clone, Debug, Default)]
 struct Template {
     /// The literal segments, concatenated.
     literal: Vec<u8>,
     /// End of each segment in `literal`; holes lie between segments.
     seg_ends: Vec<usize>,
-    content_hole: usize,
+    content_hole: Option<usize>,
     index: u32,
     valid: bool,
 }
 
 impl Template {
-    /// The content's raw body if `d` matches.
+    /// `Some(content)` if `d` matches: the content's raw body, when the
+    /// template has a content hole.
     #[inline]
-    fn matches(&self, d: &[u8]) -> Option<Range<usize>> {
+    fn matches(&self, d: &[u8]) -> Option<Option<Range<usize>>> {
         if !self.valid {
             return None;
         }
@@ -564,10 +581,10 @@ impl Template {
             pos += seg.len();
             lit = end;
             if h == last {
-                return (pos == d.len()).then_some(content?);
+                return (pos == d.len()).then_some(content);
             }
             let (s_end, _) = json::scan_string(d, pos).ok()?;
-            if h == self.content_hole {
+            if Some(h) == self.content_hole {
                 content = Some(pos + 1..s_end - 1);
             }
             pos = s_end;
@@ -575,22 +592,34 @@ impl Template {
         None
     }
 
-    /// Learns from a chunk the full scan found to be a plain content chunk
-    /// of one choice: `content` is the content's raw body, `holes` other
-    /// varying top-level string tokens.
-    fn learn(&mut self, d: &[u8], index: u32, content: &Range<usize>, holes: &[Range<usize>]) {
+    /// Learns from a chunk the full scan found to have one choice and no
+    /// finish: `content` is the content's raw body, `holes` the other
+    /// varying string tokens.
+    fn learn(
+        &mut self,
+        d: &[u8],
+        index: u32,
+        content: Option<&Range<usize>>,
+        holes: &[Range<usize>],
+    ) {
+        const MAX_HOLES: usize = 16;
         self.valid = false;
-        if d.len() > MAX_TEMPLATE || holes.len() > 8 {
+        if d.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES {
             return;
         }
-        let content_tok = content.start - 1..content.end + 1;
-        let mut cuts: [Range<usize>; 9] = Default::default();
-        cuts[0] = content_tok.clone();
-        cuts[1..=holes.len()].clone_from_slice(holes);
-        let cuts = &mut cuts[..=holes.len()];
+        let content_tok = content.map(|c| c.start - 1..c.end + 1);
+        let mut cuts: [Range<usize>; MAX_HOLES] = Default::default();
+        cuts[..holes.len()].clone_from_slice(holes);
+        let mut n = holes.len();
+        if let Some(t) = &content_tok {
+            cuts[n] = t.clone();
+            n += 1;
+        }
+        let cuts = &mut cuts[..n];
         cuts.sort_by_key(|r| r.start);
         self.literal.clear();
         self.seg_ends.clear();
+        self.content_hole = None;
         let mut at = 0;
         for (k, h) in cuts.iter().enumerate() {
             if h.start < at {
@@ -598,8 +627,8 @@ impl Template {
             }
             self.literal.extend_from_slice(&d[at..h.start]);
             self.seg_ends.push(self.literal.len());
-            if *h == content_tok {
-                self.content_hole = k;
+            if Some(h) == content_tok.as_ref() {
+                self.content_hole = Some(k);
             }
             at = h.end;
         }
@@ -682,7 +711,9 @@ struct Core {
     scans: Vec<ChoiceScan>,
     fast: Vec<FastChoice>,
     holes: Vec<Range<usize>>,
-    template: Template,
+    templates: [Template; TEMPLATES],
+    /// The template slot to learn into next.
+    next_template: usize,
 }
 
 impl fmt::Debug for ChatStream {
@@ -718,7 +749,8 @@ impl ChatStream {
                     scans: Vec::with_capacity(2),
                     fast: Vec::with_capacity(2),
                     holes: Vec::with_capacity(2),
-                    template: Template::default(),
+                    templates: Default::default(),
+                    next_template: 0,
                 },
             ),
         }
@@ -788,10 +820,13 @@ impl Core {
             self.flush_pending_top();
             return self.out.pass(f);
         }
-        if let Some(r) = self.template.matches(d) {
-            // The hot path: a content chunk shaped like the previous one.
-            let index = self.template.index;
-            if let Some(st) = self.choice(index) {
+        // The hot path: a chunk shaped like a recent one.
+        if let Some((index, content)) = self
+            .templates
+            .iter()
+            .find_map(|t| Some((t.index, t.matches(d)?)))
+        {
+            if let (Some(r), Some(st)) = (content, self.choice(index)) {
                 if !st.finished {
                     st.tracker.push_json(&d[r]);
                 }
@@ -819,12 +854,14 @@ impl Core {
                 if let [
                     FastChoice {
                         index: Some(i),
-                        content: Some(r),
+                        content,
                         finish: false,
                     },
                 ] = &fast[..]
                 {
-                    self.template.learn(d, *i, r, &holes);
+                    let slot = self.next_template;
+                    self.next_template = (slot + 1) % TEMPLATES;
+                    self.templates[slot].learn(d, *i, content.as_ref(), &holes);
                 }
                 if finishing {
                     self.slow_path(f, true);

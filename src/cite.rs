@@ -151,6 +151,27 @@ use core::str::FromStr;
 
 use memchr::{memchr, memchr3};
 
+/// `memchr` for long input; a plain loop for the few bytes of a typical
+/// streamed delta, where the call and setup cost more than they save.
+#[inline]
+fn find1(a: u8, s: &[u8]) -> Option<usize> {
+    if s.len() <= 16 {
+        s.iter().position(|&c| c == a)
+    } else {
+        memchr(a, s)
+    }
+}
+
+/// `memchr3` with the same short-input loop as [`find1`].
+#[inline]
+fn find3(a: u8, b: u8, c: u8, s: &[u8]) -> Option<usize> {
+    if s.len() <= 16 {
+        s.iter().position(|&x| x == a || x == b || x == c)
+    } else {
+        memchr3(a, b, c, s)
+    }
+}
+
 /// Unit of start/end offsets.
 ///
 /// Parses from and displays as `chars`, `utf16` or `bytes`.
@@ -370,7 +391,7 @@ impl Scanner {
                 Line::Text if self.run == 0 && self.mark.is_none() => {
                     // Fast path: only `[`, a backtick or LF change anything.
                     let rest = &s[i..];
-                    match memchr3(b'[', b'`', b'\n', rest) {
+                    match find3(b'[', b'`', b'\n', rest) {
                         Some(k) => {
                             self.skip(&rest[..k]);
                             self.byte(rest[k]);
@@ -385,7 +406,7 @@ impl Scanner {
                 Line::FenceSkip => {
                     // Inside a fence only the next line start matters.
                     let rest = &s[i..];
-                    match memchr(b'\n', rest) {
+                    match find1(b'\n', rest) {
                         Some(k) => {
                             self.skip(&rest[..k]);
                             self.byte(b'\n');
@@ -779,7 +800,7 @@ impl MarkerTracker {
         while let Some((&b, rest)) = s.split_first() {
             match self.escape {
                 Escape::None => {
-                    let raw_len = memchr(b'\\', s).unwrap_or(s.len());
+                    let raw_len = find1(b'\\', s).unwrap_or(s.len());
                     if raw_len > 0 {
                         self.flush_high();
                         self.raw(&s[..raw_len]);
