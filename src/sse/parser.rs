@@ -856,21 +856,17 @@ impl State {
         None
     }
 
-    /// Fast path for the common block `data: <value>` + line end + blank
-    /// line lying whole in the piece: the same event the general loop
+    /// Fast path for the common blocks `data: <value>` and `event: <name>`
+    /// + `data: <value>`, each line ended, then a blank line, lying whole in
+    /// the piece: the same event the general loop
     /// would dispatch, without its per-line bookkeeping. Returns `None`
     /// (consuming nothing) for anything else.
     #[inline]
     fn single_data_line(&mut self, chunk: &[u8]) -> Option<Found> {
         let start = self.pos;
-        let rest = &chunk[start..];
-        if !rest.starts_with(b"data:") {
-            return None;
-        }
-        let v = start + 5 + usize::from(rest.get(5) == Some(&b' '));
-        let t = v + find_line_end(chunk.get(v..)?)?;
-        // The line end, then a blank line; a CR as the piece's last byte
-        // may still pair with an LF: leave that to the general loop.
+        // A line end, returning where the next line starts; a CR as the
+        // piece's last byte may still pair with an LF: leave that to the
+        // general loop.
         let after = |i: usize| -> Option<usize> {
             match chunk.get(i)? {
                 b'\n' => Some(i + 1),
@@ -880,6 +876,24 @@ impl State {
                 },
             }
         };
+        // `field:` + one optional space: where the value starts.
+        let value = |at: usize, field: &[u8]| -> Option<usize> {
+            let rest = chunk.get(at..)?;
+            if !rest.starts_with(field) {
+                return None;
+            }
+            Some(at + field.len() + usize::from(rest.get(field.len()) == Some(&b' ')))
+        };
+        // An optional `event` line (the Anthropic shape), then the data.
+        let mut at = start;
+        let mut event = None;
+        if let Some(e) = value(start, b"event:") {
+            let t = e + find_line_end(chunk.get(e..)?)?;
+            event = Some(e - start..t - start);
+            at = after(t)?;
+        }
+        let v = value(at, b"data:")?;
+        let t = v + find_line_end(chunk.get(v..)?)?;
         let blank = after(t)?;
         if !matches!(chunk.get(blank), Some(b'\n' | b'\r')) {
             return None;
@@ -894,7 +908,7 @@ impl State {
             kind: FrameKind::Event,
             raw: Loc::Cur(start, end),
             data: Some(v - start..t - start),
-            event: None,
+            event,
             id: None,
             retry: None,
         })
