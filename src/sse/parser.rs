@@ -38,7 +38,8 @@ impl Config {
     /// lines with their line ends, up to (not including) the blank line that
     /// ends it.
     ///
-    /// A larger event is never buffered whole: its bytes are handed out as
+    /// A leading BOM counts toward the first event's size. A larger event is
+    /// never buffered whole: its bytes are handed out as
     /// [`Frame::Oversized`] pieces as they arrive, it is not dispatched, and
     /// the parser resumes at the next blank line. The decision does not depend
     /// on how the input is split. This bounds the memory one stream can hold.
@@ -600,8 +601,13 @@ impl Parser {
     /// are not dispatched, so a proxy can still forward them; `None` when
     /// the input ended on a block boundary.
     ///
-    /// The parser is then reset for a new stream (limits and the initial
-    /// last event ID are kept).
+    /// The parser is then reset for a new stream: limits and the initial
+    /// last event ID are kept, but [`reconnection_time`](Parser::reconnection_time)
+    /// is cleared and [`last_event_id`](Parser::last_event_id) goes back to the
+    /// initial one, so a client that reconnects reads both before calling
+    /// `finish`. (`id` and `retry` fields take effect when their block ends,
+    /// so those of an unterminated last block are not applied; WHATWG
+    /// applies them line by line, a difference no dispatched event can see.)
     #[must_use = "the returned bytes are part of the stream"]
     pub fn finish(&mut self) -> Option<Bytes> {
         let st = &mut self.st;
