@@ -99,7 +99,7 @@ impl RewriteOptions {
 
 /// The sans-IO contract shared by the streaming rewriters
 /// ([`ChatStream`](crate::ChatStream), [`MessagesStream`](crate::MessagesStream)),
-/// so adapters (the CLI, [`crate::stream`]) drive them the same way.
+/// so adapters (the CLI, `citestream::stream`) drive them the same way.
 ///
 /// Call order: any number of `feed` calls, each followed by draining
 /// `next_output` until `None`; then `finish` once and drain again.
