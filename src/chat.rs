@@ -706,7 +706,6 @@ struct Core {
     /// Envelope members of the latest finish chunk, for a trailing chunk.
     last_envelope: Vec<u8>,
     out: Out,
-    swallow_line_end: bool,
     scan: ChunkScan,
     scans: Vec<ChoiceScan>,
     fast: Vec<FastChoice>,
@@ -744,7 +743,6 @@ impl ChatStream {
                     top_done: false,
                     last_envelope: Vec::new(),
                     out: Out::default(),
-                    swallow_line_end: false,
                     scan: ChunkScan::default(),
                     scans: Vec::with_capacity(2),
                     fast: Vec::with_capacity(2),
@@ -788,10 +786,8 @@ impl ChatStream {
 impl Handler for Core {
     #[inline]
     fn handle(&mut self, f: &FrameRef<'_>) {
-        let swallow = std::mem::replace(&mut self.swallow_line_end, false);
         match f.kind() {
             FrameKind::Event => self.event(f),
-            FrameKind::LineEnd if swallow => {}
             _ => self.out.pass(f),
         }
     }
@@ -1043,11 +1039,11 @@ impl Core {
             sp.apply(d, &mut data);
             if split {
                 pieces.push(reframe(e, &data));
-                self.swallow_line_end = e.raw().ends_with(b"\r");
+                self.out.swallow_line_end = e.raw().ends_with(b"\r");
             } else {
                 pieces.push(splice_event(e, &data));
                 if e.data_range().is_none() {
-                    self.swallow_line_end = e.raw().ends_with(b"\r");
+                    self.out.swallow_line_end = e.raw().ends_with(b"\r");
                 }
             }
         } else {

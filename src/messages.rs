@@ -70,7 +70,6 @@ struct Core {
     tracker: Option<MarkerTracker>,
     done: bool,
     out: Out,
-    swallow_line_end: bool,
 }
 
 impl fmt::Debug for MessagesStream {
@@ -99,7 +98,6 @@ impl MessagesStream {
                     tracker,
                     done: false,
                     out: Out::default(),
-                    swallow_line_end: false,
                 },
             ),
         }
@@ -134,10 +132,8 @@ impl MessagesStream {
 impl Handler for Core {
     #[inline]
     fn handle(&mut self, f: &FrameRef<'_>) {
-        let swallow = std::mem::replace(&mut self.swallow_line_end, false);
         match f.kind() {
             FrameKind::Event if !self.done && !self.sources.is_empty() => self.event(f),
-            FrameKind::LineEnd if swallow => {}
             _ => self.out.pass(f),
         }
     }
@@ -179,7 +175,7 @@ impl Core {
                 };
                 if e.data_range().is_none() {
                     // Re-framed: a split CRLF's LF must not follow it.
-                    self.swallow_line_end = e.raw().ends_with(b"\r");
+                    self.out.swallow_line_end = e.raw().ends_with(b"\r");
                 }
                 self.out.push(splice_event(&e, &data));
             }

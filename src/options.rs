@@ -154,6 +154,10 @@ pub(crate) struct Out {
     run: Option<bytes::Bytes>,
     run_start: usize,
     run_end: usize,
+    /// The last event was re-framed from raw bytes ending in a CR: a
+    /// [`LineEnd`](crate::sse::Frame::LineEnd) right after it completed that
+    /// CR and must not follow our LF-framed copy.
+    pub(crate) swallow_line_end: bool,
 }
 
 impl Out {
@@ -234,13 +238,23 @@ impl<H: Handler> Driver<H> {
         self.parser.feed(chunk);
     }
 
+    /// Hands one frame to the handler, dropping the LF of a split CRLF
+    /// after an event the handler re-framed.
+    #[inline]
+    fn dispatch(h: &mut H, f: &crate::sse::FrameRef<'_>) {
+        let swallow = std::mem::replace(&mut h.out().swallow_line_end, false);
+        if !(swallow && f.kind() == crate::sse::FrameKind::LineEnd) {
+            h.handle(f);
+        }
+    }
+
     pub(crate) fn next_output(&mut self) -> Option<bytes::Bytes> {
         loop {
             if let Some(b) = self.h.out().pop() {
                 return Some(b);
             }
             match self.parser.next_frame_ref() {
-                Some(f) => self.h.handle(&f),
+                Some(f) => Self::dispatch(&mut self.h, &f),
                 None => {
                     let out = self.h.out();
                     out.flush_run();
@@ -254,7 +268,7 @@ impl<H: Handler> Driver<H> {
         // Handle complete frames first (a caller may call `finish` without
         // draining).
         while let Some(f) = self.parser.next_frame_ref() {
-            self.h.handle(&f);
+            Self::dispatch(&mut self.h, &f);
         }
         if self.ended {
             return;

@@ -862,9 +862,9 @@ impl State {
         None
     }
 
-    /// Fast path for the common blocks `data: <value>` and `event: <name>`
-    /// + `data: <value>`, each line ended, then a blank line, lying whole in
-    /// the piece: the same event the general loop
+    /// Fast path for the common blocks (`data: <value>`, or an `event:`
+    /// line then a `data:` line), each line ended, then a blank line, lying
+    /// whole in the piece: the same event the general loop
     /// would dispatch, without its per-line bookkeeping. Returns `None`
     /// (consuming nothing) for anything else.
     #[inline]
