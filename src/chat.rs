@@ -389,6 +389,51 @@ impl Cur<'_> {
         Ok(())
     }
 
+    /// Skips (validating) any value at `depth`, recording every string
+    /// value in it (not keys) as a template hole: the strings of a delta's
+    /// `tool_calls`, say, vary from chunk to chunk while the rest does not.
+    fn skip_holes(&mut self, depth: u32, holes: &mut Vec<Range<usize>>) -> Result<(), Invalid> {
+        // The same nesting limit as `json::scan_value`.
+        if matches!(self.peek(), b'{' | b'[') && depth + 1 > json::MAX_DEPTH {
+            return Err(Invalid);
+        }
+        match self.peek() {
+            b'"' => {
+                let s = self.i;
+                self.i = json::scan_string(self.b, self.i)?.0;
+                holes.push(s..self.i);
+            }
+            b'{' => {
+                self.i += 1;
+                if !self.empty(b'}') {
+                    loop {
+                        self.string()?;
+                        self.ws();
+                        self.eat(b':')?;
+                        self.ws();
+                        self.skip_holes(depth + 1, holes)?;
+                        if !self.next(b'}')? {
+                            break;
+                        }
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                if !self.empty(b']') {
+                    loop {
+                        self.skip_holes(depth + 1, holes)?;
+                        if !self.next(b']')? {
+                            break;
+                        }
+                    }
+                }
+            }
+            _ => self.skip(depth)?,
+        }
+        Ok(())
+    }
+
     /// Whether an object or array opened at `close`'s partner is empty
     /// (and consumed if so).
     #[inline(always)]
@@ -488,17 +533,13 @@ fn fast_choice(
                             let is_content = &d[k] == b"content";
                             if is_content && c.peek() == b'"' {
                                 fc.content = Some(c.string()?.0);
-                            } else if c.peek() == b'"' {
-                                // Another string of the delta
-                                // (`reasoning_content`, `role`, …): a hole.
-                                let s = c.i;
-                                c.skip(4)?;
-                                holes.push(s..c.i);
                             } else {
                                 if is_content {
                                     fc.content = None;
                                 }
-                                c.skip(4)?;
+                                // The delta's other strings (`reasoning_content`,
+                                // `role`, tool call arguments, …) are holes.
+                                c.skip_holes(4, holes)?;
                             }
                             if !c.next(b'}')? {
                                 break;
