@@ -14,8 +14,8 @@ fi
 command -v python3 >/dev/null 2>&1 || { echo "scripts/test.sh: python3 is required" >&2; exit 1; }
 
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --all-features --no-fail-fast
+    cargo nextest run --workspace --all-features --no-fail-fast
 else
-    cargo test --all-features --no-fail-fast --lib --bins --tests
+    cargo test --workspace --all-features --no-fail-fast --lib --bins --tests
 fi
-cargo test --all-features --doc
+cargo test --workspace --all-features --doc

@@ -17,7 +17,8 @@
 //! | [`sources`] | numbered sources and their two output dialects |
 //! | [`chat`] | `/v1/chat/completions`: streaming ([`ChatStream`]) and whole-body rewriter |
 //! | [`messages`] | `/v1/messages`: streaming ([`MessagesStream`]) and whole-body rewriter |
-//! | [`request`] | `web_search` detection and stripping, query extraction, source injection, the gateway flow |
+//! | [`request`] | `web_search` detection and stripping, query extraction, source injection |
+//! | [`flow`] | one request through a gateway: inspect, reserve quota, search, commit or release, inject, response plan |
 //! | [`quota`] | the daily per-account search quota: in-memory and Redis stores |
 //! | [`json`] | the minimal JSON scanner and splicer the rewriters use |
 //! | `stream` | `futures_core::Stream` adapters (feature `stream`) |
@@ -113,6 +114,7 @@
 
 pub mod chat;
 pub mod cite;
+pub mod flow;
 pub mod json;
 pub mod messages;
 mod options;

@@ -114,7 +114,7 @@ pub trait StreamRewriter {
 }
 
 /// Either streaming rewriter, chosen at run time (see
-/// [`ResponsePlan::stream_rewriter`](crate::request::flow::ResponsePlan::stream_rewriter)).
+/// [`ResponsePlan::stream_rewriter`](crate::flow::ResponsePlan::stream_rewriter)).
 #[derive(Debug)]
 pub enum Rewriter {
     /// `/v1/chat/completions`.

@@ -3,8 +3,8 @@
 //! passes through untouched.
 
 use bytes::Bytes;
+use citestream::flow::Flow;
 use citestream::quota::MemoryStore;
-use citestream::request::flow::Flow;
 use citestream::request::{Endpoint, InjectOptions};
 use citestream::sources::Source;
 use citestream::{RewriteOptions, StreamRewriter};

@@ -5,11 +5,11 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
+use citestream::flow::{Flow, Outcome};
 use citestream::quota::{
     ManualClock, MemoryStore, QuotaError, QuotaErrorKind, QuotaStore, Ticket, Usage, reserve,
     utc_day,
 };
-use citestream::request::flow::{Flow, Outcome};
 use citestream::request::{Endpoint, InjectOptions};
 use citestream::sources::Source;
 use serde_json::Value;

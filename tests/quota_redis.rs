@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use citestream::flow::{Flow, Outcome};
 use citestream::quota::{
     ManualClock, QuotaErrorKind, QuotaStore, RedisConfig, RedisStore, Ticket, Usage, reserve,
     utc_day,
 };
-use citestream::request::flow::{Flow, Outcome};
 use citestream::request::{Endpoint, InjectOptions};
 use citestream::sources::Source;
 

@@ -12,7 +12,7 @@
 //!   settings the response rewriter needs ([`Inspection`]).
 //! * [`inject`] puts numbered sources into a body ([`InjectOptions`],
 //!   [`Template`], [`Placement`]).
-//! * [`flow`] ties inspection, the daily quota ([`crate::quota`]) and
+//! * [`crate::flow`] (one level up) ties inspection, the daily quota ([`crate::quota`]) and
 //!   injection together for an embedding gateway.
 //!
 //! # Example
@@ -31,7 +31,6 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-pub mod flow;
 mod inject;
 pub(crate) mod scan;
 

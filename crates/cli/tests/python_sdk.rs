@@ -19,6 +19,8 @@ use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+/// The workspace root: fixtures and examples live there.
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 const REQUIREMENTS: &str = include_str!("python/requirements.txt");
 
 /// The interpreter used to create the virtualenv: `$CITESTREAM_TEST_PYTHON`
@@ -171,9 +173,9 @@ fn run_script(script: &str) {
     let path = Path::new(MANIFEST_DIR).join("tests/python").join(script);
     let out = Command::new(python)
         .arg(&path)
-        .current_dir(MANIFEST_DIR)
+        .current_dir(ROOT)
         .env("CITESTREAM_BIN", env!("CARGO_BIN_EXE_citestream"))
-        .env("CITESTREAM_ROOT", MANIFEST_DIR)
+        .env("CITESTREAM_ROOT", ROOT)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("PYTHONUNBUFFERED", "1")
         // The SDKs talk to 127.0.0.1 only: never through a proxy.

@@ -1,12 +1,12 @@
 //! `citestream rewrite` as other tools drive it (SPEC section 11): output,
 //! chunking invariance, body detection, and exit codes.
-#![cfg(feature = "cli")]
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_citestream");
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// The workspace root: fixtures and examples live there.
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = Command::new(BIN)

@@ -21,7 +21,7 @@
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! use citestream::quota::MemoryStore;
-//! use citestream::request::flow::Flow;
+//! use citestream::flow::Flow;
 //! use citestream::request::{Endpoint, InjectOptions};
 //! use citestream::sources::Source;
 //!
@@ -49,7 +49,9 @@ use bytes::Bytes;
 use crate::quota::{QuotaError, QuotaStore, Reservation, reserve};
 use crate::sources::{Source, Sources};
 
-use super::{Endpoint, InjectOptions, Inspection, RequestError, SearchQuery, inject, inspect};
+use crate::request::{
+    Endpoint, InjectOptions, Inspection, RequestError, SearchQuery, inject, inspect,
+};
 
 /// What the response rewriter needs to know about a request that got
 /// sources.

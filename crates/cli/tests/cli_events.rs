@@ -3,8 +3,8 @@
 //! exit status 2 and a one-line message for bad usage.
 //!
 //! The binary exists only with the `cli` feature.
-#![cfg(feature = "cli")]
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::io::Write;
@@ -16,7 +16,7 @@ use common::sse_ref::{self, RefEvent};
 const BIN: &str = env!("CARGO_BIN_EXE_citestream");
 
 fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/upstream")
 }
 
 fn fixtures() -> Vec<PathBuf> {

@@ -1,0 +1,91 @@
+//! Search providers for the citestream hosts (gateway, Envoy processor,
+//! Python package): the search half of SPEC section 3.
+//!
+//! SKELETON (being filled in by the search-provider work, issue 9): the
+//! contract below is what the hosts code against.
+//!
+//! * [`Provider`]: one search backend. `search` is a future that is
+//!   cancelled by dropping it; providers do no normalisation of their own
+//!   beyond parsing their wire format into [`Source`]s.
+//! * [`Search`]: a configured provider plus the adapter rules every
+//!   provider shares (timeout, `max_results`, HTML stripped, results
+//!   without a URL and duplicate URLs dropped, `text` capped at
+//!   `max_text_chars`, dates mapped to `year`). Hosts hold one `Search`
+//!   and call [`Search::search`].
+//! * [`SearchConfig`]: the `[search]` table of the config file (SPEC 12).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+pub use citestream::request::SearchQuery;
+pub use citestream::sources::Source;
+
+/// A boxed, `Send` future: what [`Provider::search`] returns, so providers
+/// can be chosen at run time (`Box<dyn Provider>`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One search backend.
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// The provider's config name (`local`, `searxng`, …), for logs and
+    /// metrics.
+    fn name(&self) -> &'static str;
+
+    /// Searches for `query`, asking the backend for at most `max_results`
+    /// results. Dropping the future cancels the search.
+    fn search<'a>(
+        &'a self,
+        query: &'a SearchQuery,
+        max_results: usize,
+    ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>>;
+}
+
+/// Why a search failed. A failed search is never a failed request (SPEC
+/// section 4): the host logs it, counts it and answers without sources.
+#[derive(Debug)]
+pub struct SearchError {
+    kind: SearchErrorKind,
+    message: String,
+}
+
+/// The class of a [`SearchError`], for metrics labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SearchErrorKind {
+    /// The configured timeout passed.
+    Timeout,
+    /// Connecting or reading failed.
+    Transport,
+    /// The backend answered with a non-2xx status.
+    Status,
+    /// The answer could not be read (invalid JSON, wrong shape, too large).
+    Body,
+}
+
+impl SearchError {
+    /// A new error.
+    pub fn new(kind: SearchErrorKind, message: impl Into<String>) -> Self {
+        SearchError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The class of the error.
+    pub fn kind(&self) -> SearchErrorKind {
+        self.kind
+    }
+
+    /// The message, for logs.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for SearchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for SearchError {}
