@@ -284,15 +284,7 @@ impl ResponsePlan {
     pub fn stream_rewriter(&self, opts: &crate::RewriteOptions) -> crate::Rewriter {
         let mut opts = opts.clone();
         opts.n(self.n);
-        match self.endpoint {
-            Endpoint::ChatCompletions => {
-                crate::Rewriter::Chat(Box::new(crate::ChatStream::new(self.sources.clone(), opts)))
-            }
-            Endpoint::Messages => crate::Rewriter::Messages(Box::new(crate::MessagesStream::new(
-                self.sources.clone(),
-                opts,
-            ))),
-        }
+        crate::Rewriter::new(self.endpoint, self.sources.clone(), opts)
     }
 
     /// Rewrites a whole (non-streamed) response body for this endpoint;
@@ -303,9 +295,6 @@ impl ResponsePlan {
         body: &'a [u8],
         opts: &crate::RewriteOptions,
     ) -> std::borrow::Cow<'a, [u8]> {
-        match self.endpoint {
-            Endpoint::ChatCompletions => crate::chat::rewrite_body(body, &self.sources, opts),
-            Endpoint::Messages => crate::messages::rewrite_body(body, &self.sources, opts),
-        }
+        crate::rewrite::rewrite_body(self.endpoint, body, &self.sources, opts)
     }
 }

@@ -10,17 +10,23 @@
 //!
 //! # Overview
 //!
+//! The modules follow the data path. A response: bytes → [`sse`] (events)
+//! → `json` (the few members read, in place) → [`cite`] (markers and
+//! offsets) → [`rewrite`] ([`chat`], [`messages`]: the members added) →
+//! adapters (`stream`, the hosts). A request: [`request`] (inspection,
+//! injection) → [`flow`] (quota, search, response plan). Imports only point
+//! down this list.
+//!
 //! | module | role |
 //! |---|---|
 //! | [`sse`] | incremental, zero-copy WHATWG event-stream parser; writer for events we synthesize |
+//! | `json` (internal) | all JSON byte work: the validating skipper, walkers, cursor, string decoding and writing, splicing |
 //! | [`cite`] | the marker tracker: `[n]` markers and their offsets, code-aware, split-invariant |
 //! | [`sources`] | numbered sources and their two output dialects |
-//! | [`chat`] | `/v1/chat/completions`: streaming ([`ChatStream`]) and whole-body rewriter |
-//! | [`messages`] | `/v1/messages`: streaming ([`MessagesStream`]) and whole-body rewriter |
+//! | [`rewrite`] | the response rewriters: the streaming driver ([`SseRewriter`]), options, shared additions, [`chat`] and [`messages`] |
 //! | [`request`] | `web_search` detection and stripping, query extraction, source injection |
 //! | [`flow`] | one request through a gateway: inspect, reserve quota, search, commit or release, inject, response plan |
 //! | [`quota`] | the daily per-account search quota: in-memory and Redis stores |
-//! | [`json`] | the minimal JSON scanner and splicer the rewriters use |
 //! | `stream` | `futures_core::Stream` adapters (feature `stream`) |
 //!
 //! # Example: rewriting a streamed chat completion
@@ -112,22 +118,26 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings))))]
 
-pub mod chat;
 pub mod cite;
+mod endpoint;
 pub mod flow;
-pub mod json;
-pub mod messages;
-mod options;
+#[cfg(fuzzing)]
+pub mod fuzzing;
+// Internal; its `pub` items are what `fuzzing` re-exports.
+#[cfg_attr(not(fuzzing), allow(unreachable_pub))]
+mod json;
 pub mod quota;
 pub mod request;
+pub mod rewrite;
 pub mod sources;
 pub mod sse;
 #[cfg(feature = "stream")]
 pub mod stream;
 
-pub use chat::ChatStream;
 pub use cite::{Marker, MarkerTracker, OffsetUnit};
-pub use messages::MessagesStream;
-pub use options::{MAX_CHOICES, RewriteOptions, Rewriter, StreamRewriter};
-pub use request::Endpoint;
+pub use endpoint::Endpoint;
+pub use rewrite::{
+    ChatStream, MAX_CHOICES, MessagesStream, RewriteOptions, Rewriter, SseRewriter, StreamRewriter,
+    chat, messages,
+};
 pub use sources::{Dialect, Source, Sources, SourcesError};

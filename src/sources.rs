@@ -19,6 +19,8 @@ use std::fmt;
 
 use serde::Deserialize;
 
+use crate::json::push_json_str;
+
 /// One source document given to the model. Every field is optional.
 ///
 /// Deserializes from a JSON object; unknown members are ignored, and `year`
@@ -280,12 +282,6 @@ fn push_opt_str(out: &mut String, s: Option<&str>) {
 
 fn push_str_or_empty(out: &mut String, s: Option<&str>) {
     push_json_str(out, s.unwrap_or(""));
-}
-
-/// Appends `s` as a JSON string literal (quotes included).
-pub(crate) fn push_json_str(out: &mut String, s: &str) {
-    // serde_json's escaping is the reference; a String never fails to serialize.
-    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\"")));
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@ use std::fmt;
 
 use crate::sources::{Source, Sources};
 
-use super::scan;
-use super::{Endpoint, RequestError, push_json_str};
+use super::{Endpoint, RequestError};
+use crate::json::{self, push_json_str};
 
 /// Where [`inject`] puts the sources block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -206,9 +206,9 @@ pub fn inject(
     };
 
     if let Some((mrange, mm)) = user {
-        edit = match scan::find(b, mm, "content") {
+        edit = match json::find(b, mm, "content") {
             Some(c) => {
-                let v = c.value.clone();
+                let v = c.value();
                 match b.get(v.start) {
                     Some(b'"') => {
                         let orig = String::from_utf8_lossy(&b[v.clone()]);
@@ -218,7 +218,7 @@ pub fn inject(
                         )
                     }
                     Some(b'[') => {
-                        let empty = scan::elements(b, v.start).is_none_or(|e| e.is_empty());
+                        let empty = json::elements(b, v.start).is_none_or(|e| e.is_empty());
                         let at = v.start + 1;
                         (
                             at..at,
@@ -256,9 +256,9 @@ pub fn inject(
                 );
             }
             Endpoint::Messages => {
-                edit = match scan::find(b, &ms, "system") {
+                edit = match json::find(b, &ms, "system") {
                     Some(s) => {
-                        let v = s.value.clone();
+                        let v = s.value();
                         match b.get(v.start) {
                             Some(b'"') => {
                                 let orig = String::from_utf8_lossy(&b[v.clone()]);
@@ -276,7 +276,7 @@ pub fn inject(
                         }
                     }
                     None => {
-                        let end = scan::skip_value(b, start).unwrap_or(b.len());
+                        let end = json::skip_valid(b, start).unwrap_or(b.len());
                         let at = end.saturating_sub(1);
                         let sep = if ms.is_empty() { "" } else { "," };
                         (at..at, format!("{sep}\"system\":{lit}"))
@@ -295,5 +295,5 @@ pub fn inject(
 }
 
 fn arr_is_empty(b: &[u8], at: usize) -> bool {
-    scan::elements(b, at).is_none_or(|e| e.is_empty())
+    json::elements(b, at).is_none_or(|e| e.is_empty())
 }

@@ -32,21 +32,12 @@ use std::ops::Range;
 use bytes::Bytes;
 
 mod inject;
-pub(crate) mod scan;
 
 pub use inject::{InjectError, InjectOptions, Placement, Template, inject, render_sources};
 
-use scan::Member;
+use crate::json::{self, Field, push_json_str};
 
-/// The API endpoint a request body was sent to. It decides the request
-/// shape (messages, content parts or blocks, `system`) and the error shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Endpoint {
-    /// OpenAI-compatible `/v1/chat/completions`.
-    ChatCompletions,
-    /// Anthropic-compatible `/v1/messages`.
-    Messages,
-}
+pub use crate::endpoint::Endpoint;
 
 /// What was wrong with a request body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -266,11 +257,11 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
     let b = &body[..];
 
     let ws: Vec<usize> = (0..ms.len())
-        .filter(|&k| scan::key_is(&b[ms[k].key.clone()], "web_search"))
+        .filter(|&k| ms[k].key_is(b, "web_search"))
         .collect();
     let web_search = match ws.last() {
         None => false,
-        Some(&k) => match &b[ms[k].value.clone()] {
+        Some(&k) => match ms[k].value_in(b) {
             b"true" => true,
             b"false" => false,
             other => {
@@ -286,25 +277,19 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
         },
     };
 
-    let stream = scan::find(b, &ms, "stream").is_some_and(|m| &b[m.value.clone()] == b"true");
+    let stream = json::find(b, &ms, "stream").is_some_and(|m| m.value_in(b) == b"true");
     let n = match endpoint {
         Endpoint::Messages => 1,
-        Endpoint::ChatCompletions => scan::find(b, &ms, "n")
-            .and_then(|m| {
-                std::str::from_utf8(&b[m.value.clone()])
-                    .ok()?
-                    .parse::<u64>()
-                    .ok()
-            })
+        Endpoint::ChatCompletions => json::find(b, &ms, "n")
+            .and_then(|m| std::str::from_utf8(m.value_in(b)).ok()?.parse::<u64>().ok())
             .filter(|&n| n >= 1)
             .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX)),
     };
     let include_usage = endpoint == Endpoint::ChatCompletions
-        && scan::find(b, &ms, "stream_options")
-            .and_then(|m| scan::members(b, m.value.start))
+        && json::find(b, &ms, "stream_options")
+            .and_then(|m| json::members(b, m.member.value_start))
             .is_some_and(|so| {
-                scan::find(b, &so, "include_usage")
-                    .is_some_and(|iu| &b[iu.value.clone()] == b"true")
+                json::find(b, &so, "include_usage").is_some_and(|iu| iu.value_in(b) == b"true")
             });
 
     let query = if web_search {
@@ -342,7 +327,7 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
 pub(crate) fn top_members(
     endpoint: Endpoint,
     body: &[u8],
-) -> Result<(usize, Vec<Member>), RequestError> {
+) -> Result<(usize, Vec<Field>), RequestError> {
     // JSON text is UTF-8 (RFC 8259); serde_json does not check the bytes of
     // strings it skips, so check the whole body first.
     let text = std::str::from_utf8(body).map_err(|e| {
@@ -363,7 +348,7 @@ pub(crate) fn top_members(
             format!("We could not parse the JSON body of your request: {e}"),
         ));
     }
-    let start = scan::skip_ws(body, 0);
+    let start = json::skip_ws(body, 0);
     if body.get(start) != Some(&b'{') {
         return Err(RequestError::new(
             endpoint,
@@ -371,7 +356,7 @@ pub(crate) fn top_members(
             "The request body must be a JSON object.".to_owned(),
         ));
     }
-    match scan::members(body, start) {
+    match json::members(body, start) {
         Some(ms) => Ok((start, ms)),
         None => Err(RequestError::new(
             endpoint,
@@ -384,11 +369,11 @@ pub(crate) fn top_members(
 /// Byte ranges to cut so that the members at indices `removed` (ascending)
 /// disappear with their separating commas. See the module tests for the
 /// exact rule; the ranges are ascending and disjoint.
-fn removal_ranges(ms: &[Member], removed: &[usize]) -> Vec<Range<usize>> {
+fn removal_ranges(ms: &[Field], removed: &[usize]) -> Vec<Range<usize>> {
     if removed.len() == ms.len() {
         // Every member goes: cut from the first key to the last value.
         return match (ms.first(), ms.last()) {
-            (Some(f), Some(l)) => std::iter::once(f.key.start..l.value.end).collect(),
+            (Some(f), Some(l)) => std::iter::once(f.member.start()..l.end).collect(),
             _ => Vec::new(),
         };
     }
@@ -400,10 +385,10 @@ fn removal_ranges(ms: &[Member], removed: &[usize]) -> Vec<Range<usize>> {
         .map(|&k| {
             if k < first_kept {
                 // Leading member: take it and the comma after it.
-                ms[k].key.start..ms[k + 1].key.start
+                ms[k].member.start()..ms[k + 1].member.start()
             } else {
                 // Take the comma before it (and the whitespace around it).
-                ms[k - 1].value.end..ms[k].value.end
+                ms[k - 1].end..ms[k].end
             }
         })
         .collect()
@@ -424,21 +409,21 @@ fn json_type_name(v: &[u8]) -> &'static str {
 /// `{"type":"text","text":…}` parts / blocks joined with `\n`.
 fn content_text(b: &[u8], v: Range<usize>) -> Option<String> {
     match b.get(v.start)? {
-        b'"' => scan::decode_str(&b[v]),
+        b'"' => json::decode_token(&b[v]),
         b'[' => {
             let mut parts = Vec::new();
-            for el in scan::elements(b, v.start)? {
-                let Some(pm) = scan::members(b, el.start) else {
+            for el in json::elements(b, v.start)? {
+                let Some(pm) = json::members(b, el.start) else {
                     continue;
                 };
-                let is_text = scan::find(b, &pm, "type")
-                    .and_then(|t| scan::decode_str(&b[t.value.clone()]))
+                let is_text = json::find(b, &pm, "type")
+                    .and_then(|t| json::decode_token(t.value_in(b)))
                     .is_some_and(|t| t == "text");
                 if !is_text {
                     continue;
                 }
                 if let Some(t) =
-                    scan::find(b, &pm, "text").and_then(|t| scan::decode_str(&b[t.value.clone()]))
+                    json::find(b, &pm, "text").and_then(|t| json::decode_token(t.value_in(b)))
                 {
                     parts.push(t);
                 }
@@ -454,21 +439,21 @@ fn content_text(b: &[u8], v: Range<usize>) -> Option<String> {
 }
 
 /// One element of `messages` that is an object: its byte range and members.
-pub(crate) type Message = (Range<usize>, Vec<Member>);
+pub(crate) type Message = (Range<usize>, Vec<Field>);
 
 /// The top-level `messages` array: its byte range and its object elements.
-pub(crate) fn messages(b: &[u8], ms: &[Member]) -> Option<(Range<usize>, Vec<Message>)> {
-    let m = scan::find(b, ms, "messages")?;
-    let els = scan::elements(b, m.value.start)?;
+pub(crate) fn messages(b: &[u8], ms: &[Field]) -> Option<(Range<usize>, Vec<Message>)> {
+    let m = json::find(b, ms, "messages")?;
+    let els = json::elements(b, m.member.value_start)?;
     let msgs = els
         .into_iter()
-        .filter_map(|e| scan::members(b, e.start).map(|mm| (e, mm)))
+        .filter_map(|e| json::members(b, e.start).map(|mm| (e, mm)))
         .collect();
-    Some((m.value.clone(), msgs))
+    Some((m.value(), msgs))
 }
 
-pub(crate) fn role_of(b: &[u8], mm: &[Member]) -> Option<String> {
-    scan::find(b, mm, "role").and_then(|r| scan::decode_str(&b[r.value.clone()]))
+pub(crate) fn role_of(b: &[u8], mm: &[Field]) -> Option<String> {
+    json::find(b, mm, "role").and_then(|r| json::decode_token(r.value_in(b)))
 }
 
 /// Index (into the message list) of the last message with role `user`.
@@ -477,18 +462,17 @@ pub(crate) fn last_user(b: &[u8], msgs: &[Message]) -> Option<usize> {
         .rposition(|(_, mm)| role_of(b, mm).as_deref() == Some("user"))
 }
 
-fn extract_query(endpoint: Endpoint, b: &[u8], ms: &[Member]) -> Option<SearchQuery> {
+fn extract_query(endpoint: Endpoint, b: &[u8], ms: &[Field]) -> Option<SearchQuery> {
     let (_, msgs) = messages(b, ms)?;
     let last = last_user(b, &msgs)?;
     let (_, mm) = &msgs[last];
-    let text = scan::find(b, mm, "content").and_then(|c| content_text(b, c.value.clone()))?;
+    let text = json::find(b, mm, "content").and_then(|c| content_text(b, c.value()))?;
     if text.trim().is_empty() {
         return None;
     }
     let mut context = Vec::new();
     if endpoint == Endpoint::Messages {
-        if let Some(s) = scan::find(b, ms, "system").and_then(|s| content_text(b, s.value.clone()))
-        {
+        if let Some(s) = json::find(b, ms, "system").and_then(|s| content_text(b, s.value())) {
             context.push(Turn {
                 role: "system".to_owned(),
                 text: s,
@@ -497,20 +481,13 @@ fn extract_query(endpoint: Endpoint, b: &[u8], ms: &[Member]) -> Option<SearchQu
     }
     for (_, mm) in &msgs[..last] {
         let role = role_of(b, mm).unwrap_or_default();
-        if let Some(t) = scan::find(b, mm, "content").and_then(|c| content_text(b, c.value.clone()))
-        {
+        if let Some(t) = json::find(b, mm, "content").and_then(|c| content_text(b, c.value())) {
             if !t.is_empty() {
                 context.push(Turn { role, text: t });
             }
         }
     }
     Some(SearchQuery { text, context })
-}
-
-/// Appends `s` as a JSON string literal (quotes included).
-pub(crate) fn push_json_str(out: &mut String, s: &str) {
-    // serde_json escapes every `str` correctly; serializing a str cannot fail.
-    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\"")));
 }
 
 #[cfg(test)]

@@ -18,14 +18,14 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
-use crate::chat::{Existing, add_top_level, splice_event};
 use crate::cite::MarkerTracker;
 use crate::json::{self, Invalid, ObjectWalker, Splice};
-use crate::options::{Driver, Handler, Out, RewriteOptions};
+use crate::rewrite::RewriteOptions;
+use crate::rewrite::additions::{Existing, add_top_level, cited_set, splice_event};
+use crate::rewrite::driver::{Handler, Out, SseRewriter};
 use crate::sources::Sources;
 use crate::sse::{Frame, FrameKind, FrameRef, Parser};
 
@@ -58,27 +58,18 @@ use crate::sse::{Frame, FrameKind, FrameRef, Parser};
 /// # Panics
 ///
 /// Never panics, on any input.
-pub struct MessagesStream {
-    d: Driver<Core>,
-}
+pub type MessagesStream = SseRewriter<MessagesHandler>;
 
-/// Everything but the parser (see [`crate::ChatStream`]'s layout).
-struct Core {
+/// The per-frame state of a [`MessagesStream`] (everything but the
+/// parser).
+#[derive(Debug)]
+pub struct MessagesHandler {
     sources: Arc<Sources>,
     opts: RewriteOptions,
     /// Tracks cited numbers (only with `only_cited`).
     tracker: Option<MarkerTracker>,
     done: bool,
     out: Out,
-}
-
-impl fmt::Debug for MessagesStream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MessagesStream")
-            .field("parser", &self.d.parser)
-            .field("done", &self.d.h.done)
-            .finish_non_exhaustive()
-    }
 }
 
 impl MessagesStream {
@@ -89,47 +80,22 @@ impl MessagesStream {
         let tracker = (opts.only_cited && opts.dialect.citations)
             .then(|| MarkerTracker::new(sources.len() as u32, opts.offsets));
         let parser = Parser::with_config(&opts.sse);
-        MessagesStream {
-            d: Driver::new(
-                parser,
-                Core {
-                    sources,
-                    opts,
-                    tracker,
-                    done: false,
-                    out: Out::default(),
-                },
-            ),
-        }
-    }
-
-    /// Queues an input piece (any size, split anywhere).
-    pub fn feed(&mut self, chunk: Bytes) {
-        self.d.feed(chunk);
-    }
-
-    /// Whether the `message_delta` event got our members.
-    #[must_use]
-    pub fn sources_emitted(&self) -> bool {
-        self.d.h.done
-    }
-
-    /// Ends the input; an unterminated last event's bytes are queued for
-    /// [`next_output`](MessagesStream::next_output).
-    pub fn finish(&mut self) {
-        self.d.finish();
-    }
-
-    /// The next piece of output, or `None` when more input is needed
-    /// (unchanged neighbouring events of one input piece come out as one
-    /// slice of it).
-    #[must_use]
-    pub fn next_output(&mut self) -> Option<Bytes> {
-        self.d.next_output()
+        SseRewriter::with_handler(
+            parser,
+            MessagesHandler {
+                sources,
+                opts,
+                tracker,
+                done: false,
+                out: Out::default(),
+            },
+        )
     }
 }
 
-impl Handler for Core {
+impl Handler for MessagesHandler {
+    const NAME: &'static str = "MessagesStream";
+
     #[inline]
     fn handle(&mut self, f: &FrameRef<'_>) {
         match f.kind() {
@@ -143,9 +109,17 @@ impl Handler for Core {
     }
 
     fn end(&mut self) {}
+
+    fn sources_emitted(&self) -> bool {
+        self.done
+    }
+
+    fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        d.field("done", &self.done);
+    }
 }
 
-impl Core {
+impl MessagesHandler {
     fn event(&mut self, f: &FrameRef<'_>) {
         let ty = f.event_type();
         if ty == b"content_block_delta" {
@@ -216,17 +190,36 @@ impl Core {
     }
 
     fn cited(&mut self) -> Vec<bool> {
-        let mut cited = vec![false; self.sources.len() + 1];
-        if let Some(t) = self.tracker.as_mut() {
+        let markers = self.tracker.as_mut().map(|t| {
             t.finish();
-            for m in t.markers() {
-                if let Some(c) = cited.get_mut(m.number as usize) {
-                    *c = true;
-                }
-            }
-        }
-        cited
+            t.markers()
+        });
+        cited_set(&self.sources, markers.unwrap_or_default())
     }
+}
+
+/// Reads the object at `b[at]` (inside `depth` containers): the raw body
+/// of its `text` member when its `type` is the string token `ty`, and the
+/// object's end. The one text-block scan of this endpoint: content blocks
+/// (`"text"`) of whole bodies, deltas (`"text_delta"`) of streams.
+fn typed_text(
+    b: &[u8],
+    at: usize,
+    depth: u32,
+    ty: &[u8],
+) -> Result<(Option<Range<usize>>, usize), Invalid> {
+    let mut w = ObjectWalker::new(b, at, depth)?;
+    let mut is_ty = false;
+    let mut text = None;
+    while let Some(m) = w.next_member()? {
+        let end = w.skip_value()?;
+        if m.key_is(b, "type") {
+            is_ty = &b[m.value_start..end] == ty;
+        } else if m.key_is(b, "text") && b[m.value_start] == b'"' {
+            text = Some(m.value_start + 1..end - 1);
+        }
+    }
+    Ok((text.filter(|_| is_ty), w.close() + 1))
 }
 
 /// Feeds the `delta.text` of a `text_delta` content block delta to `t`.
@@ -236,20 +229,7 @@ fn track_text_delta(d: &[u8], t: &mut MarkerTracker) {
     };
     while let Ok(Some(m)) = w.next_member() {
         if m.key_is(d, "delta") && d.get(m.value_start) == Some(&b'{') {
-            let Ok(mut dw) = ObjectWalker::new(d, m.value_start, 1) else {
-                return;
-            };
-            let mut text = None;
-            let mut is_text = false;
-            while let Ok(Some(dm)) = dw.next_member() {
-                let Ok(end) = dw.skip_value() else { return };
-                if dm.key_is(d, "type") {
-                    is_text = &d[dm.value_start..end] == b"\"text_delta\"";
-                } else if dm.key_is(d, "text") && d[dm.value_start] == b'"' {
-                    text = Some(dm.value_start + 1..end - 1);
-                }
-            }
-            if let (true, Some(r)) = (is_text, text) {
+            if let Ok((Some(r), _)) = typed_text(d, m.value_start, 1, b"\"text_delta\"") {
                 t.push_json(&d[r]);
             }
             return;
@@ -257,18 +237,6 @@ fn track_text_delta(d: &[u8], t: &mut MarkerTracker) {
         if w.skip_value().is_err() {
             return;
         }
-    }
-}
-
-impl crate::StreamRewriter for MessagesStream {
-    fn feed(&mut self, chunk: Bytes) {
-        MessagesStream::feed(self, chunk);
-    }
-    fn next_output(&mut self) -> Option<Bytes> {
-        MessagesStream::next_output(self)
-    }
-    fn finish(&mut self) {
-        MessagesStream::finish(self);
     }
 }
 
@@ -325,12 +293,7 @@ fn body_inner(
         return Ok(None);
     }
     tracker.finish();
-    let mut cited = vec![false; sources.len() + 1];
-    for m in tracker.markers() {
-        if let Some(c) = cited.get_mut(m.number as usize) {
-            *c = true;
-        }
-    }
+    let cited = cited_set(sources, tracker.markers());
     let mut sp = Splice::new();
     add_top_level(
         b,
@@ -354,23 +317,13 @@ fn track_text_blocks(b: &[u8], at: usize, t: &mut MarkerTracker) -> Result<(), I
             a.skip_value()?;
             continue;
         }
-        let mut w = ObjectWalker::new(b, el, a.depth())?;
-        let mut is_text = false;
-        let mut text = None;
-        while let Some(m) = w.next_member()? {
-            let end = w.skip_value()?;
-            if m.key_is(b, "type") {
-                is_text = &b[m.value_start..end] == b"\"text\"";
-            } else if m.key_is(b, "text") && b[m.value_start] == b'"' {
-                text = Some(m.value_start + 1..end - 1);
-            }
-        }
-        if let (true, Some(r)) = (is_text, text) {
+        let (text, end) = typed_text(b, el, a.depth(), b"\"text\"")?;
+        if let Some(r) = text {
             t.push_json(&b[r]);
             // Blocks are separate paragraphs.
             t.push_json(b"\\n\\n");
         }
-        a.value_end(w.close() + 1);
+        a.value_end(end);
     }
     Ok(())
 }

@@ -1,0 +1,163 @@
+//! The cursor: a position in a JSON text that its caller advances token
+//! by token, for scans that know the shape they expect (the chat
+//! rewriter's fast path). Every step validates what it consumes, with the
+//! same rules as [`scan_value`]; a caller that reaches the end of the text
+//! this way has validated all of it.
+
+use std::ops::Range;
+
+use super::{Invalid, MAX_DEPTH, scan_string, scan_value};
+
+/// A position in a JSON text, advanced token by token by its caller.
+pub struct Cursor<'a> {
+    /// The text.
+    pub b: &'a [u8],
+    /// The position.
+    pub i: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of `b`.
+    #[must_use]
+    pub fn new(b: &'a [u8]) -> Self {
+        Cursor { b, i: 0 }
+    }
+
+    /// The byte at the cursor, 0 at the end of the text.
+    #[inline(always)]
+    #[must_use]
+    pub fn peek(&self) -> u8 {
+        // NUL never starts a JSON token, so it doubles as end of input.
+        self.b.get(self.i).copied().unwrap_or(0)
+    }
+
+    /// Skips whitespace.
+    #[inline(always)]
+    pub fn ws(&mut self) {
+        while matches!(self.peek(), b' ' | b'\t' | b'\n' | b'\r') {
+            self.i += 1;
+        }
+    }
+
+    /// Consumes `c`.
+    ///
+    /// # Errors
+    /// [`Invalid`] when the byte at the cursor is not `c`.
+    #[inline(always)]
+    pub fn eat(&mut self, c: u8) -> Result<(), Invalid> {
+        if self.peek() == c {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(Invalid)
+        }
+    }
+
+    /// A string; returns its raw body and whether it has escapes.
+    #[inline(always)]
+    pub fn string(&mut self) -> Result<(Range<usize>, bool), Invalid> {
+        let start = self.i + 1;
+        let (end, escaped) = scan_string(self.b, self.i)?;
+        self.i = end;
+        Ok((start..end - 1, escaped))
+    }
+
+    /// `,` (then whitespace) before another member/element, or `close`.
+    /// Returns whether another one follows.
+    #[inline(always)]
+    pub fn more(&mut self, close: u8) -> Result<bool, Invalid> {
+        self.ws();
+        match self.peek() {
+            b',' => {
+                self.i += 1;
+                self.ws();
+                Ok(true)
+            }
+            c if c == close => {
+                self.i += 1;
+                Ok(false)
+            }
+            _ => Err(Invalid),
+        }
+    }
+
+    /// A key and its colon; `None` when the key has escapes (the caller
+    /// falls back to the complete scanner).
+    #[inline(always)]
+    pub fn key(&mut self) -> Result<Option<Range<usize>>, Invalid> {
+        let (k, escaped) = self.string()?;
+        self.ws();
+        self.eat(b':')?;
+        self.ws();
+        Ok((!escaped).then_some(k))
+    }
+
+    /// Skips (validating) any value at `depth`.
+    #[inline]
+    pub fn skip(&mut self, depth: u32) -> Result<(), Invalid> {
+        match self.peek() {
+            b'"' => self.i = scan_string(self.b, self.i)?.0,
+            b'n' if self.b.get(self.i..self.i + 4) == Some(b"null") => self.i += 4,
+            _ => self.i = scan_value(self.b, self.i, depth)?,
+        }
+        Ok(())
+    }
+
+    /// Skips (validating) any value at `depth`, recording every string
+    /// value in it (not keys) as a template hole: the strings of a delta's
+    /// `tool_calls`, say, vary from chunk to chunk while the rest does not.
+    pub fn skip_holes(&mut self, depth: u32, holes: &mut Vec<Range<usize>>) -> Result<(), Invalid> {
+        // The same nesting limit as `scan_value`.
+        if matches!(self.peek(), b'{' | b'[') && depth + 1 > MAX_DEPTH {
+            return Err(Invalid);
+        }
+        match self.peek() {
+            b'"' => {
+                let s = self.i;
+                self.i = scan_string(self.b, self.i)?.0;
+                holes.push(s..self.i);
+            }
+            b'{' => {
+                self.i += 1;
+                if !self.empty(b'}') {
+                    loop {
+                        self.string()?;
+                        self.ws();
+                        self.eat(b':')?;
+                        self.ws();
+                        self.skip_holes(depth + 1, holes)?;
+                        if !self.more(b'}')? {
+                            break;
+                        }
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                if !self.empty(b']') {
+                    loop {
+                        self.skip_holes(depth + 1, holes)?;
+                        if !self.more(b']')? {
+                            break;
+                        }
+                    }
+                }
+            }
+            _ => self.skip(depth)?,
+        }
+        Ok(())
+    }
+
+    /// Whether an object or array opened at `close`'s partner is empty
+    /// (and consumed if so).
+    #[inline(always)]
+    pub fn empty(&mut self, close: u8) -> bool {
+        self.ws();
+        if self.peek() == close {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+}

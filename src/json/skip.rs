@@ -1,0 +1,256 @@
+//! The validating skipper: whitespace, strings, numbers and whole values,
+//! checked against the JSON grammar and reported as end offsets.
+//!
+//! Everything else in [`crate::json`] that steps over a value calls
+//! [`scan_value`] or [`scan_string`]; they never allocate and never
+//! recurse (nesting is a bit stack, at most [`MAX_DEPTH`] deep).
+
+use super::{Invalid, MAX_DEPTH};
+
+/// Index of the first non-whitespace byte at or after `i`.
+#[inline]
+#[must_use]
+pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    // Chunks rarely contain whitespace between tokens: one compare.
+    if b.get(i).is_some_and(|&c| c > b' ') {
+        return i;
+    }
+    while let Some(c) = b.get(i) {
+        if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// High bit set in the lowest byte of `w` (little-endian) that is `"`, `\`
+/// or below 0x20; bits above it may be false positives, so only the lowest
+/// set bit is meaningful.
+#[inline(always)]
+fn string_special(w: u64) -> u64 {
+    let q = w ^ (LO * u64::from(b'"'));
+    let s = w ^ (LO * u64::from(b'\\'));
+    ((q.wrapping_sub(LO) & !q) | (s.wrapping_sub(LO) & !s) | (w.wrapping_sub(LO * 0x20) & !w)) & HI
+}
+
+/// Validates the string starting at `b[i]` (which must be `"`).
+///
+/// Returns the index just after the closing quote and whether the string
+/// contains a backslash escape. Scans eight bytes at a time.
+///
+/// # Errors
+/// [`Invalid`] for an unterminated string, a raw control character, or a
+/// malformed escape.
+#[inline]
+pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
+    if b.get(i) != Some(&b'"') {
+        return Err(Invalid);
+    }
+    let mut i = i + 1;
+    let mut escaped = false;
+    loop {
+        while let Some(word) = b.get(i..i + 8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            let m = string_special(u64::from_le_bytes(w));
+            if m != 0 {
+                i += (m.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        match *b.get(i).ok_or(Invalid)? {
+            b'"' => return Ok((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                match b.get(i + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(b'u') => {
+                        let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return Err(Invalid);
+                        }
+                        i += 6;
+                    }
+                    _ => return Err(Invalid),
+                }
+            }
+            c if c < 0x20 => return Err(Invalid),
+            _ => i += 1,
+        }
+    }
+}
+
+/// Validates the number starting at `b[i]`; returns the index after it.
+///
+/// # Errors
+/// [`Invalid`] when the bytes do not follow the JSON number grammar.
+pub(super) fn scan_number(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
+    let digits = |b: &[u8], mut i: usize| -> Result<usize, Invalid> {
+        let s = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == s { Err(Invalid) } else { Ok(i) }
+    };
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match b.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => i = digits(b, i)?,
+        _ => return Err(Invalid),
+    }
+    if b.get(i) == Some(&b'.') {
+        i = digits(b, i + 1)?;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        i = digits(b, i)?;
+    }
+    Ok(i)
+}
+
+/// Validates the value starting at `b[i]` (no leading whitespace); returns
+/// the index just after it.
+///
+/// # Errors
+/// [`Invalid`] when it is not a valid JSON value or nests deeper than
+/// [`MAX_DEPTH`] counting `depth` levels already entered.
+pub fn scan_value(b: &[u8], i: usize, depth: u32) -> Result<usize, Invalid> {
+    // One bit per open container: 1 = object, 0 = array.
+    let mut stack: u128 = 0;
+    let mut open: u32 = 0;
+    let mut i = i;
+    loop {
+        // Parse one value at `i`.
+        match b.get(i) {
+            Some(b'{') | Some(b'[') => {
+                let is_obj = b[i] == b'{';
+                if depth + open + 1 > MAX_DEPTH {
+                    return Err(Invalid);
+                }
+                stack = (stack << 1) | u128::from(is_obj);
+                open += 1;
+                i = skip_ws(b, i + 1);
+                let close = if is_obj { b'}' } else { b']' };
+                if b.get(i) == Some(&close) {
+                    stack >>= 1;
+                    open -= 1;
+                    i += 1;
+                } else {
+                    if is_obj {
+                        i = scan_key(b, i)?;
+                    }
+                    continue;
+                }
+            }
+            Some(b'"') => i = scan_string(b, i)?.0,
+            Some(b't') => i = literal(b, i, b"true")?,
+            Some(b'f') => i = literal(b, i, b"false")?,
+            Some(b'n') => i = literal(b, i, b"null")?,
+            Some(_) => i = scan_number(b, i)?,
+            None => return Err(Invalid),
+        }
+        // After a value: close containers or move to the next element.
+        loop {
+            if open == 0 {
+                return Ok(i);
+            }
+            let is_obj = stack & 1 == 1;
+            i = skip_ws(b, i);
+            match b.get(i) {
+                Some(b',') => {
+                    i = skip_ws(b, i + 1);
+                    if is_obj {
+                        i = scan_key(b, i)?;
+                    }
+                    break;
+                }
+                Some(b'}') if is_obj => {}
+                Some(b']') if !is_obj => {}
+                _ => return Err(Invalid),
+            }
+            stack >>= 1;
+            open -= 1;
+            i += 1;
+        }
+    }
+}
+
+/// A key string, whitespace, `:`, whitespace; returns the value's start.
+fn scan_key(b: &[u8], i: usize) -> Result<usize, Invalid> {
+    let (i, _) = scan_string(b, i)?;
+    let i = skip_ws(b, i);
+    if b.get(i) != Some(&b':') {
+        return Err(Invalid);
+    }
+    Ok(skip_ws(b, i + 1))
+}
+
+fn literal(b: &[u8], i: usize, lit: &[u8]) -> Result<usize, Invalid> {
+    if b.get(i..i + lit.len()) == Some(lit) {
+        Ok(i + lit.len())
+    } else {
+        Err(Invalid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid(s: &str) -> bool {
+        let b = s.as_bytes();
+        let i = skip_ws(b, 0);
+        matches!(scan_value(b, i, 0), Ok(end) if skip_ws(b, end) == b.len())
+    }
+
+    #[test]
+    fn validates_like_serde_json() {
+        for s in [
+            "{}",
+            "[]",
+            "[1,2]",
+            r#"{"a":[{"b":null}],"c":"\u00e9\n"}"#,
+            "-0.5e+3",
+            "true",
+            r#" { "a" : 1 } "#,
+            "[[[]]]",
+            r#""\/""#,
+        ] {
+            assert!(valid(s), "{s}");
+            assert!(serde_json::from_str::<serde_json::Value>(s).is_ok(), "{s}");
+        }
+        for s in [
+            "{",
+            "[1,]",
+            "{\"a\"}",
+            "{\"a\":}",
+            "01",
+            "1.",
+            "-",
+            "tru",
+            "\"\\x\"",
+            "\"a\nb\"",
+            "[1 2]",
+            "{\"a\":1,}",
+            "{,}",
+            "\"\\u12g4\"",
+            "[}",
+            "{]",
+        ] {
+            assert!(!valid(s), "{s}");
+            assert!(serde_json::from_str::<serde_json::Value>(s).is_err(), "{s}");
+        }
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        assert!(!valid(&deep));
+    }
+}

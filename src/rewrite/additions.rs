@@ -1,0 +1,158 @@
+//! The members the rewriters add, shared by both endpoints: the top-level
+//! `sources` / `citations` splice, the `annotations` array, and writing an
+//! event back with new data (spliced into its original framing, or
+//! re-framed).
+//!
+//! Contract: an object gets each of our members exactly once. An upstream
+//! member of the same name is replaced in place (the first) or removed
+//! (any further ones), never duplicated; every other byte of the object
+//! stays where it was.
+
+use bytes::Bytes;
+
+use crate::cite::Marker;
+use crate::json::{self, Field, Member, Splice};
+use crate::sources::Sources;
+use crate::sse::{self, Event};
+
+use super::RewriteOptions;
+
+/// Top-level members we may replace (`sources`, `citations`), all
+/// occurrences, so that no object ever carries a key twice.
+#[derive(Debug, Default)]
+pub(crate) struct Existing {
+    pub(crate) sources: Vec<Field>,
+    pub(crate) citations: Vec<Field>,
+}
+
+impl Existing {
+    pub(crate) fn clear(&mut self) {
+        self.sources.clear();
+        self.citations.clear();
+    }
+
+    /// Records `m` if it is one of ours; returns whether it was.
+    pub(crate) fn note(&mut self, b: &[u8], m: &Member, end: usize) -> bool {
+        if m.key_is(b, "sources") {
+            self.sources.push(Field {
+                member: m.clone(),
+                end,
+            });
+            true
+        } else if m.key_is(b, "citations") {
+            self.citations.push(Field {
+                member: m.clone(),
+                end,
+            });
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Adds the top-level `sources` / `citations` members to the object whose
+/// closing brace is at `close`: replacing the first upstream member of the
+/// same name, removing any further ones, else inserting before the brace.
+pub(crate) fn add_top_level(
+    b: &[u8],
+    (close, has_members): (usize, bool),
+    existing: &Existing,
+    sources: &Sources,
+    opts: &RewriteOptions,
+    cited: &[bool],
+    splice: &mut Splice,
+) {
+    let cited = |n: u32| cited.get(n as usize).copied().unwrap_or(false);
+    let mut tail = Vec::new();
+    let mut comma = has_members;
+    let mut put = |name: &str, value: &[u8], found: &[Field], splice: &mut Splice| {
+        if let Some((first, rest)) = found.split_first() {
+            splice.replace(first.value(), value.to_vec());
+            for f in rest {
+                splice.replace(json::removal_span(b, &f.member, f.end), Vec::new());
+            }
+        } else {
+            if comma {
+                tail.push(b',');
+            }
+            comma = true;
+            tail.push(b'"');
+            tail.extend_from_slice(name.as_bytes());
+            tail.extend_from_slice(b"\":");
+            tail.extend_from_slice(value);
+        }
+    };
+    if opts.dialect.sources {
+        put(
+            "sources",
+            sources.sources_json().as_bytes(),
+            &existing.sources,
+            splice,
+        );
+    }
+    if opts.dialect.citations {
+        let c = if opts.only_cited {
+            sources.citations_json(cited)
+        } else {
+            sources.citations_json(|_| true)
+        };
+        put("citations", c.as_bytes(), &existing.citations, splice);
+    }
+    if !tail.is_empty() {
+        let at = json::insert_point(b, close);
+        splice.replace(at..at, tail);
+    }
+}
+
+/// Appends the `annotations` array for `markers` to `out`.
+pub(crate) fn push_annotations(out: &mut Vec<u8>, sources: &Sources, markers: &[Marker]) {
+    out.push(b'[');
+    for (k, m) in markers.iter().enumerate() {
+        if k > 0 {
+            out.push(b',');
+        }
+        sources.push_annotation(out, m.number, m.start, m.end);
+    }
+    out.push(b']');
+}
+
+/// The event with its data replaced by `data`: spliced into the original
+/// bytes when the data was one line there (framing kept exactly), else
+/// re-framed.
+pub(crate) fn splice_event(e: &Event, data: &[u8]) -> Bytes {
+    match e.data_range() {
+        Some(r) => {
+            let raw = e.raw();
+            let mut out = Vec::with_capacity(raw.len() - r.len() + data.len());
+            out.extend_from_slice(&raw[..r.start]);
+            out.extend_from_slice(data);
+            out.extend_from_slice(&raw[r.end..]);
+            Bytes::from(out)
+        }
+        None => reframe(e, data),
+    }
+}
+
+/// The event written fresh with canonical framing, keeping its `event`,
+/// `id` and `retry` fields.
+pub(crate) fn reframe(e: &Event, data: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(data.len() + 32);
+    sse::write_event(&mut out, e.event_field(), e.id_field(), e.retry(), data);
+    Bytes::from(out)
+}
+
+/// Which source numbers `markers` cite, indexed by number (index 0 unused),
+/// for `only_cited`.
+pub(crate) fn cited_set<'m>(
+    sources: &Sources,
+    markers: impl IntoIterator<Item = &'m Marker>,
+) -> Vec<bool> {
+    let mut cited = vec![false; sources.len() + 1];
+    for m in markers {
+        if let Some(x) = cited.get_mut(m.number as usize) {
+            *x = true;
+        }
+    }
+    cited
+}

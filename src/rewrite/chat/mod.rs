@@ -1,0 +1,500 @@
+//! `/v1/chat/completions`: the streaming and the whole-body rewriter.
+//!
+//! Both feed each choice's content to a [`MarkerTracker`], the single
+//! source of truth for offsets, so streamed and whole responses cannot
+//! disagree.
+//!
+//! # Streaming ([`ChatStream`])
+//!
+//! Events are forwarded as they arrive; nothing is held back. For each
+//! chunk the rewriter reads only `choices[].index`,
+//! `choices[].delta.content` and `choices[].finish_reason` (plus the
+//! envelope `id`, `object`, `created`, `model`, `system_fingerprint` when a
+//! choice finishes) with the scanner in [`crate::json`]. A chunk it does not
+//! change goes out as the very same bytes (a slice of the input). Then:
+//!
+//! * before the first `finish_reason` chunk of each choice with at least one
+//!   marker, one synthesized chunk
+//!   `{"id",…,"choices":[{"index":i,"delta":{"annotations":[…]},"finish_reason":null}]}`;
+//! * on the finish chunk of the n-th choice to finish, top-level `sources`
+//!   and/or `citations`, spliced in before its closing brace (an upstream
+//!   member of the same name in that chunk is replaced);
+//! * a finish chunk that also carries content for a choice with annotations
+//!   is split: the content part (`finish_reason: null`, without `usage`),
+//!   the annotations, then the finish chunk with an empty `delta`;
+//! * a stream that ends (`[DONE]` or end of input) after some but fewer than
+//!   `n` finishes gets the top-level additions on a synthesized chunk with
+//!   `choices: []` just before `[DONE]` or the end;
+//! * everything else (usage-only chunks, `[DONE]`, comments, errors,
+//!   unknown events, invalid JSON, events over the size limit) passes
+//!   through byte for byte.
+//!
+//! # Whole bodies ([`rewrite_body`])
+//!
+//! `annotations` on each `choices[i].message` (ours appended after any
+//! upstream ones; an empty array when there are none), top-level `sources`
+//! and/or `citations`; every other byte stays where it was.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::cite::{Marker, MarkerTracker};
+use crate::json::{self, Invalid, Splice};
+use crate::rewrite::additions::{
+    Existing, add_top_level, cited_set, push_annotations, reframe, splice_event,
+};
+use crate::rewrite::driver::{Handler, Out, SseRewriter};
+use crate::rewrite::{MAX_CHOICES, RewriteOptions};
+use crate::sources::Sources;
+use crate::sse::{self, Event, Frame, FrameKind, FrameRef, Parser};
+
+mod body;
+pub(crate) mod scan;
+pub(crate) mod template;
+
+pub use body::rewrite_body;
+use scan::{ChoiceScan, ChunkScan, ENVELOPE, FastChoice, fast_scan, scan_chunk};
+use template::{ChunkTemplate, TEMPLATES};
+
+#[derive(Clone, Debug)]
+struct ChoiceState {
+    tracker: MarkerTracker,
+    finished: bool,
+    markers: Vec<Marker>,
+}
+
+/// Streaming rewriter for `/v1/chat/completions` (`chat.completion.chunk`
+/// events over SSE).
+///
+/// # Contract
+///
+/// Sans-IO: [`feed`](ChatStream::feed) input pieces as they arrive and
+/// drain [`next_output`](ChatStream::next_output) until `None` after each;
+/// call [`finish`](ChatStream::finish) at the end of the input and drain
+/// again. The concatenation of the outputs is the rewritten stream.
+/// Unchanged events come out as slices of the input (no copy); memory is
+/// bounded by the SSE event size limit plus a few bytes per choice and the
+/// markers found; the content itself is never kept.
+///
+/// # Example
+///
+/// ```
+/// use std::sync::Arc;
+/// use bytes::Bytes;
+/// use citestream::{ChatStream, RewriteOptions, Sources};
+///
+/// let sources = Arc::new(Sources::from_json(br#"[{"title":"T","url":"https://t/"}]"#).unwrap());
+/// let mut rw = ChatStream::new(sources, RewriteOptions::new());
+/// let mut out = Vec::new();
+/// for piece in [
+///     &br#"data: {"id":"c","choices":[{"index":0,"delta":{"content":"Hi [1]"},"finish_reason":null}]}"#[..],
+///     b"\n\ndata: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+///     b"data: [DONE]\n\n",
+/// ] {
+///     rw.feed(Bytes::copy_from_slice(piece));
+///     while let Some(b) = rw.next_output() {
+///         out.extend_from_slice(&b);
+///     }
+/// }
+/// rw.finish();
+/// while let Some(b) = rw.next_output() {
+///     out.extend_from_slice(&b);
+/// }
+/// let out = String::from_utf8(out).unwrap();
+/// assert!(out.contains(r#"{"id":"c","choices":[{"index":0,"delta":{"annotations":[{"type":"url_citation","url_citation":{"start_index":3,"end_index":6,"url":"https://t/","title":"T"}}]},"finish_reason":null}]}"#));
+/// assert!(out.contains(r#""finish_reason":"stop"}],"sources":[{"index":1,"title":"T","url":"https://t/"}]}"#));
+/// ```
+///
+/// # Panics
+///
+/// Never panics, on any input.
+pub type ChatStream = SseRewriter<ChatHandler>;
+
+/// The per-frame state of a [`ChatStream`]: everything but the parser, so
+/// frames lent by the parser can be handled while this state changes.
+#[derive(Debug)]
+pub struct ChatHandler {
+    sources: Arc<Sources>,
+    opts: RewriteOptions,
+    choices: Vec<ChoiceState>,
+    finished: u32,
+    top_done: bool,
+    /// Envelope members of the latest finish chunk, for a trailing chunk.
+    last_envelope: Vec<u8>,
+    out: Out,
+    scan: ChunkScan,
+    scans: Vec<ChoiceScan>,
+    fast: Vec<FastChoice>,
+    holes: Vec<Range<usize>>,
+    templates: [ChunkTemplate; TEMPLATES],
+    /// The template slot to learn into next.
+    next_template: usize,
+}
+
+impl ChatStream {
+    /// A rewriter adding `sources` as configured by `opts`. With no sources
+    /// it adds nothing (the stream passes through unchanged).
+    #[must_use]
+    pub fn new(sources: Arc<Sources>, opts: RewriteOptions) -> Self {
+        let parser = Parser::with_config(&opts.sse);
+        SseRewriter::with_handler(
+            parser,
+            ChatHandler {
+                sources,
+                opts,
+                choices: Vec::new(),
+                finished: 0,
+                top_done: false,
+                last_envelope: Vec::new(),
+                out: Out::default(),
+                scan: ChunkScan::default(),
+                scans: Vec::with_capacity(2),
+                fast: Vec::with_capacity(2),
+                holes: Vec::with_capacity(2),
+                templates: Default::default(),
+                next_template: 0,
+            },
+        )
+    }
+}
+
+impl Handler for ChatHandler {
+    const NAME: &'static str = "ChatStream";
+
+    #[inline]
+    fn handle(&mut self, f: &FrameRef<'_>) {
+        match f.kind() {
+            FrameKind::Event => self.event(f),
+            _ => self.out.pass(f),
+        }
+    }
+
+    fn out(&mut self) -> &mut Out {
+        &mut self.out
+    }
+
+    fn end(&mut self) {
+        self.flush_pending_top();
+    }
+
+    fn sources_emitted(&self) -> bool {
+        self.top_done
+    }
+
+    fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        d.field("choices", &self.choices.len())
+            .field("finished", &self.finished)
+            .field("top_done", &self.top_done);
+    }
+}
+
+impl ChatHandler {
+    fn emit(&mut self, b: Bytes) {
+        self.out.push(b);
+    }
+
+    #[inline]
+    fn event(&mut self, f: &FrameRef<'_>) {
+        if self.sources.is_empty() || f.event_type() != b"message" {
+            return self.out.pass(f);
+        }
+        let d = f.data();
+        if d == b"[DONE]" {
+            self.flush_pending_top();
+            return self.out.pass(f);
+        }
+        // The hot path: a chunk shaped like a recent one.
+        if let Some((index, content)) = self
+            .templates
+            .iter()
+            .find_map(|t| Some((t.index, t.matches(d)?)))
+        {
+            if let (Some(r), Some(st)) = (content, self.choice(index)) {
+                if !st.finished {
+                    st.tracker.push_json(&d[r]);
+                }
+            }
+            return self.out.pass(f);
+        }
+        let mut fast = std::mem::take(&mut self.fast);
+        let mut holes = std::mem::take(&mut self.holes);
+        match fast_scan(d, &mut fast, &mut holes) {
+            Err(Invalid) => self.out.pass(f),
+            Ok(true) => {
+                let mut finishing = false;
+                for fc in &fast {
+                    let Some(st) = fc.index.and_then(|i| self.choice(i)) else {
+                        continue;
+                    };
+                    if st.finished {
+                        continue;
+                    }
+                    if let Some(r) = &fc.content {
+                        st.tracker.push_json(&d[r.clone()]);
+                    }
+                    finishing |= fc.finish;
+                }
+                if let [
+                    FastChoice {
+                        index: Some(i),
+                        content,
+                        finish: false,
+                    },
+                ] = &fast[..]
+                {
+                    let slot = self.next_template;
+                    self.next_template = (slot + 1) % TEMPLATES;
+                    self.templates[slot].learn(d, *i, content.as_ref(), &holes);
+                }
+                if finishing {
+                    self.slow_path(f, true);
+                } else {
+                    self.out.pass(f);
+                }
+            }
+            Ok(false) => self.slow_path(f, false),
+        }
+        self.fast = fast;
+        self.holes = holes;
+    }
+
+    /// The complete scan of a chunk, for finish chunks and chunks with
+    /// escaped keys. `counted`: the content was already fed by the fast
+    /// path.
+    fn slow_path(&mut self, f: &FrameRef<'_>, counted: bool) {
+        let Frame::Event(e) = f.to_frame() else {
+            return self.out.pass(f);
+        };
+        let mut scan = std::mem::take(&mut self.scan);
+        let mut scans = std::mem::take(&mut self.scans);
+        match scan_chunk(e.data(), &mut scan, &mut scans) {
+            Ok(()) if counted => self.finish_chunk(&e, &scan, &scans),
+            Ok(()) => self.chunk(&e, &scan, &scans),
+            Err(Invalid) => self.emit(e.raw().clone()),
+        }
+        self.scan = scan;
+        self.scans = scans;
+    }
+
+    fn choice(&mut self, index: u32) -> Option<&mut ChoiceState> {
+        if index >= MAX_CHOICES {
+            return None;
+        }
+        let i = index as usize;
+        while self.choices.len() <= i {
+            self.choices.push(ChoiceState {
+                tracker: MarkerTracker::new(self.sources.len() as u32, self.opts.offsets),
+                finished: false,
+                markers: Vec::new(),
+            });
+        }
+        Some(&mut self.choices[i])
+    }
+
+    fn chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
+        let d = e.data();
+        let mut finishing = false;
+        for c in scans {
+            let Some(st) = c.index.and_then(|i| self.choice(i)) else {
+                continue;
+            };
+            if st.finished {
+                continue;
+            }
+            if let Some(r) = &c.content {
+                st.tracker.push_json(&d[r.clone()]);
+            }
+            finishing |= c.finish.is_some();
+        }
+        if !finishing {
+            return self.emit(e.raw().clone());
+        }
+        self.finish_chunk(e, scan, scans);
+    }
+
+    /// The cold path: at least one choice finishes in this chunk.
+    fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
+        let d = e.data();
+        // Which choices finish here (first finish only), and their markers.
+        let mut ending: Vec<(usize, u32)> = Vec::new();
+        for (k, c) in scans.iter().enumerate() {
+            let Some(idx) = c.index else { continue };
+            if c.finish.is_none() || ending.iter().any(|&(_, i)| i == idx) {
+                continue;
+            }
+            let Some(st) = self.choice(idx) else { continue };
+            if st.finished {
+                continue;
+            }
+            st.finished = true;
+            st.tracker.finish();
+            st.markers = st.tracker.take_markers();
+            ending.push((k, idx));
+        }
+        self.finished += ending.len() as u32;
+        let envelope = envelope_members(d, scan);
+        self.last_envelope.clone_from(&envelope);
+        let top = !self.top_done && self.finished >= self.opts.n;
+        self.top_done |= top;
+
+        let annotate = self.opts.dialect.sources;
+        let with_markers: Vec<(usize, u32)> = ending
+            .iter()
+            .copied()
+            .filter(|&(_, i)| annotate && !self.choices[i as usize].markers.is_empty())
+            .collect();
+        let split = with_markers
+            .iter()
+            .any(|&(k, _)| scans[k].content.as_ref().is_some_and(|r| !r.is_empty()));
+
+        let mut pieces: Vec<Bytes> = Vec::new();
+        if split {
+            // 1. The content part: finish_reason null, usage moved to the end.
+            let mut sp = Splice::new();
+            for &(k, _) in &ending {
+                if let Some(f) = &scans[k].finish {
+                    sp.replace(f.clone(), &b"null"[..]);
+                }
+            }
+            if let Some(u) = &scan.usage {
+                sp.replace(json::removal_span(d, &u.member, u.end), Vec::new());
+            }
+            let mut data = Vec::with_capacity(d.len());
+            sp.apply(d, &mut data);
+            pieces.push(reframe(e, &data));
+        }
+        for &(_, idx) in &with_markers {
+            let mut data = Vec::with_capacity(256);
+            data.push(b'{');
+            data.extend_from_slice(&envelope);
+            if !envelope.is_empty() {
+                data.push(b',');
+            }
+            data.extend_from_slice(b"\"choices\":[{\"index\":");
+            data.extend_from_slice(idx.to_string().as_bytes());
+            data.extend_from_slice(b",\"delta\":{\"annotations\":");
+            push_annotations(
+                &mut data,
+                &self.sources,
+                &self.choices[idx as usize].markers,
+            );
+            data.extend_from_slice(b"},\"finish_reason\":null}]}");
+            let mut ev = Vec::with_capacity(data.len() + 8);
+            sse::write_event(&mut ev, None, None, None, &data);
+            pieces.push(Bytes::from(ev));
+        }
+        // The finish chunk itself.
+        let mut sp = Splice::new();
+        if split {
+            // Keep only the finishing choices, each with an empty delta.
+            let mut arr = Vec::from(&b"["[..]);
+            for (n, &(k, _)) in ending.iter().enumerate() {
+                let c = &scans[k];
+                if n > 0 {
+                    arr.push(b',');
+                }
+                // Edits relative to the element's own bytes.
+                let base = c.span.start;
+                let mut csp = Splice::new();
+                if let Some(r) = &c.delta {
+                    csp.replace(r.start - base..r.end - base, &b"{}"[..]);
+                }
+                if let Some(r) = &c.logprobs {
+                    csp.replace(r.start - base..r.end - base, &b"null"[..]);
+                }
+                csp.apply(&d[c.span.clone()], &mut arr);
+            }
+            arr.push(b']');
+            if let Some(r) = &scan.choices {
+                sp.replace(r.clone(), arr);
+            }
+        }
+        if top {
+            let cited = self.cited_set();
+            add_top_level(
+                d,
+                (scan.close, scan.has_members),
+                &scan.existing,
+                &self.sources,
+                &self.opts,
+                &cited,
+                &mut sp,
+            );
+        }
+        if split || !sp.is_empty() {
+            let mut data = Vec::with_capacity(d.len() + 512);
+            sp.apply(d, &mut data);
+            if split {
+                pieces.push(reframe(e, &data));
+                self.out.swallow_line_end = e.raw().ends_with(b"\r");
+            } else {
+                pieces.push(splice_event(e, &data));
+                if e.data_range().is_none() {
+                    self.out.swallow_line_end = e.raw().ends_with(b"\r");
+                }
+            }
+        } else {
+            pieces.push(e.raw().clone());
+        }
+        for p in pieces {
+            self.out.push(p);
+        }
+    }
+
+    /// Numbers cited by any finished choice, indexed by number.
+    fn cited_set(&self) -> Vec<bool> {
+        cited_set(&self.sources, self.choices.iter().flat_map(|c| &c.markers))
+    }
+
+    /// The stream ends (or `[DONE]`) with fewer than `n` finishes: put the
+    /// top-level additions on a synthesized chunk with `choices: []`.
+    fn flush_pending_top(&mut self) {
+        if self.top_done || self.finished == 0 {
+            return;
+        }
+        self.top_done = true;
+        let mut obj = Vec::from(&b"{"[..]);
+        obj.extend_from_slice(&self.last_envelope);
+        if !self.last_envelope.is_empty() {
+            obj.push(b',');
+        }
+        obj.extend_from_slice(b"\"choices\":[]}");
+        let close = obj.len() - 1;
+        let cited = self.cited_set();
+        let mut sp = Splice::new();
+        add_top_level(
+            &obj,
+            (close, true),
+            &Existing::default(),
+            &self.sources,
+            &self.opts,
+            &cited,
+            &mut sp,
+        );
+        let mut data = Vec::new();
+        sp.apply(&obj, &mut data);
+        let mut ev = Vec::with_capacity(data.len() + 8);
+        sse::write_event(&mut ev, None, None, None, &data);
+        self.out.push(Bytes::from(ev));
+    }
+}
+
+/// `"id":…,"object":…,…` from the chunk's envelope members present.
+fn envelope_members(d: &[u8], scan: &ChunkScan) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, span) in ENVELOPE.iter().zip(&scan.envelope) {
+        if let Some(r) = span {
+            if !out.is_empty() {
+                out.push(b',');
+            }
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":");
+            out.extend_from_slice(&d[r.clone()]);
+        }
+    }
+    out
+}

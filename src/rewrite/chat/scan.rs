@@ -1,0 +1,294 @@
+//! The chunk scanner: what the chat rewriter reads of one
+//! `chat.completion.chunk`.
+//!
+//! Two scans with one meaning. The fast scan ([`fast_scan`]) walks a chunk
+//! with a [`Cursor`] the way upstreams write them, reading
+//! `choices[].index`, `choices[].delta.content` and whether
+//! `choices[].finish_reason` is a string, and recording the string values
+//! that vary from chunk to chunk as template holes. The full scan
+//! ([`scan_chunk`]) also reads the envelope (`id`, `object`, `created`,
+//! `model`, `system_fingerprint`), `usage`, the spans a finish chunk's
+//! rewrite needs, and escaped keys. On valid JSON without escaped keys both
+//! read the same index, content and finish for every choice (the
+//! `chat_fast_diff` fuzz target checks this); both reject exactly the
+//! invalid texts.
+
+use std::ops::Range;
+
+use crate::json::{self, ArrayWalker, Cursor, Field, Invalid, ObjectWalker};
+use crate::rewrite::additions::Existing;
+
+/// What the scanner reads of one choice in a chunk.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ChoiceScan {
+    pub(crate) span: Range<usize>,
+    /// `Some(0)` without `index`; `None` when the index is not a `u32`
+    /// (the choice is then ignored, as on the fast path).
+    pub(crate) index: Option<u32>,
+    /// Raw body of `delta.content` when it is a string.
+    pub(crate) content: Option<Range<usize>>,
+    pub(crate) delta: Option<Range<usize>>,
+    pub(crate) logprobs: Option<Range<usize>>,
+    /// `finish_reason` value span when it is a string.
+    pub(crate) finish: Option<Range<usize>>,
+}
+
+/// What the scanner reads of one chunk.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkScan {
+    pub(crate) close: usize,
+    pub(crate) has_members: bool,
+    /// Value spans of `id`, `object`, `created`, `model`,
+    /// `system_fingerprint`.
+    pub(crate) envelope: [Option<Range<usize>>; 5],
+    pub(crate) usage: Option<Field>,
+    pub(crate) choices: Option<Range<usize>>,
+    pub(crate) existing: Existing,
+}
+
+pub(crate) const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "system_fingerprint"];
+
+/// Scans one chunk's JSON. `choices` receives one entry per choice object.
+pub(crate) fn scan_chunk(
+    d: &[u8],
+    s: &mut ChunkScan,
+    choices: &mut Vec<ChoiceScan>,
+) -> Result<(), Invalid> {
+    s.envelope = Default::default();
+    s.usage = None;
+    s.choices = None;
+    s.existing.clear();
+    choices.clear();
+    let start = json::skip_ws(d, 0);
+    let mut w = ObjectWalker::new(d, start, 0)?;
+    while let Some(m) = w.next_member()? {
+        let key = &d[m.key.clone()];
+        if !m.key_escaped && key == b"choices" && d.get(m.value_start) == Some(&b'[') {
+            choices.clear();
+            let end = scan_choices(d, m.value_start, w.depth(), choices)?;
+            s.choices = Some(m.value_start..end);
+            w.value_end(end);
+            continue;
+        }
+        let end = w.skip_value()?;
+        if m.key_escaped {
+            // Rare: compare decoded keys.
+            if m.key_is(d, "choices") {
+                choices.clear();
+                scan_choices(d, m.value_start, w.depth(), choices).ok();
+                s.choices = Some(m.value_start..end);
+            } else if m.key_is(d, "usage") {
+                s.usage = Some(Field { member: m, end });
+            } else if !s.existing.note(d, &m, end) {
+                if let Some(k) = ENVELOPE.iter().position(|e| m.key_is(d, e)) {
+                    s.envelope[k] = Some(m.value_start..end);
+                }
+            }
+            continue;
+        }
+        match key {
+            b"id" => s.envelope[0] = Some(m.value_start..end),
+            b"object" => s.envelope[1] = Some(m.value_start..end),
+            b"created" => s.envelope[2] = Some(m.value_start..end),
+            b"model" => s.envelope[3] = Some(m.value_start..end),
+            b"system_fingerprint" => s.envelope[4] = Some(m.value_start..end),
+            b"usage" => s.usage = Some(Field { member: m, end }),
+            b"sources" | b"citations" => {
+                s.existing.note(d, &m, end);
+            }
+            _ => {}
+        }
+    }
+    s.close = w.close();
+    s.has_members = w.has_members();
+    if json::skip_ws(d, s.close + 1) != d.len() {
+        return Err(Invalid);
+    }
+    Ok(())
+}
+
+fn scan_choices(
+    d: &[u8],
+    at: usize,
+    depth: u32,
+    out: &mut Vec<ChoiceScan>,
+) -> Result<usize, Invalid> {
+    let mut a = ArrayWalker::new(d, at, depth)?;
+    while let Some(el) = a.next_element()? {
+        if d[el] != b'{' {
+            a.skip_value()?;
+            continue;
+        }
+        let mut c = ChoiceScan {
+            index: Some(0),
+            ..ChoiceScan::default()
+        };
+        let mut w = ObjectWalker::new(d, el, a.depth())?;
+        while let Some(m) = w.next_member()? {
+            if m.key_is(d, "delta") && d[m.value_start] == b'{' {
+                let mut dw = ObjectWalker::new(d, m.value_start, w.depth())?;
+                c.content = None;
+                while let Some(dm) = dw.next_member()? {
+                    let end = dw.skip_value()?;
+                    if dm.key_is(d, "content") {
+                        c.content =
+                            (d[dm.value_start] == b'"').then(|| dm.value_start + 1..end - 1);
+                    }
+                }
+                let end = dw.close() + 1;
+                w.value_end(end);
+                c.delta = Some(m.value_start..end);
+                continue;
+            }
+            let end = w.skip_value()?;
+            if m.key_is(d, "index") {
+                c.index = json::parse_u32(&d[m.value_start..end]);
+            } else if m.key_is(d, "finish_reason") {
+                c.finish = (d[m.value_start] == b'"').then_some(m.value_start..end);
+            } else if m.key_is(d, "logprobs") {
+                c.logprobs = Some(m.value_start..end);
+            } else if m.key_is(d, "delta") {
+                c.delta = Some(m.value_start..end);
+                c.content = None;
+            }
+        }
+        let end = w.close() + 1;
+        a.value_end(end);
+        c.span = el..end;
+        out.push(c);
+    }
+    Ok(a.close() + 1)
+}
+
+/// What the fast path reads of one choice of a chunk.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FastChoice {
+    /// `None` when the index is not a `u32` (the choice is then ignored).
+    pub(crate) index: Option<u32>,
+    /// Raw body of `delta.content` when it is a string.
+    pub(crate) content: Option<Range<usize>>,
+    pub(crate) finish: bool,
+}
+
+/// The hot path's scan of one chunk: validates the whole JSON text and
+/// reads `choices[].index`, `choices[].delta.content` and whether
+/// `choices[].finish_reason` is a string. Returns `Ok(false)` when a key
+/// has escapes, so the complete scanner must decide (rare).
+pub(crate) fn fast_scan(
+    d: &[u8],
+    out: &mut Vec<FastChoice>,
+    holes: &mut Vec<Range<usize>>,
+) -> Result<bool, Invalid> {
+    out.clear();
+    holes.clear();
+    let mut c = Cursor::new(d);
+    c.ws();
+    c.eat(b'{')?;
+    if !c.empty(b'}') {
+        loop {
+            let Some(k) = c.key()? else { return Ok(false) };
+            let key = &d[k];
+            if key == b"choices" && c.peek() == b'[' {
+                c.i += 1;
+                out.clear();
+                if !c.empty(b']') {
+                    loop {
+                        if c.peek() == b'{' {
+                            if !fast_choice(&mut c, out, holes)? {
+                                return Ok(false);
+                            }
+                        } else {
+                            c.skip(2)?;
+                        }
+                        if !c.more(b']')? {
+                            break;
+                        }
+                    }
+                }
+            } else if c.peek() == b'"'
+                && !matches!(key, b"id" | b"object" | b"model" | b"system_fingerprint")
+            {
+                // A top-level string that may vary from chunk to chunk
+                // (`obfuscation`, say): a hole in a learned template.
+                let s = c.i;
+                c.skip(1)?;
+                holes.push(s..c.i);
+            } else {
+                c.skip(1)?;
+            }
+            if !c.more(b'}')? {
+                break;
+            }
+        }
+    }
+    c.ws();
+    if c.i != d.len() {
+        return Err(Invalid);
+    }
+    Ok(true)
+}
+
+/// One choice object (cursor on its `{`).
+#[inline]
+fn fast_choice(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<FastChoice>,
+    holes: &mut Vec<Range<usize>>,
+) -> Result<bool, Invalid> {
+    let d = c.b;
+    c.i += 1;
+    let mut fc = FastChoice {
+        index: Some(0),
+        content: None,
+        finish: false,
+    };
+    if !c.empty(b'}') {
+        loop {
+            let Some(k) = c.key()? else { return Ok(false) };
+            match &d[k] {
+                b"delta" if c.peek() == b'{' => {
+                    c.i += 1;
+                    fc.content = None;
+                    if !c.empty(b'}') {
+                        loop {
+                            let Some(k) = c.key()? else { return Ok(false) };
+                            let is_content = &d[k] == b"content";
+                            if is_content && c.peek() == b'"' {
+                                fc.content = Some(c.string()?.0);
+                            } else {
+                                if is_content {
+                                    fc.content = None;
+                                }
+                                // The delta's other strings (`reasoning_content`,
+                                // `role`, tool call arguments, …) are holes.
+                                c.skip_holes(4, holes)?;
+                            }
+                            if !c.more(b'}')? {
+                                break;
+                            }
+                        }
+                    }
+                }
+                b"delta" => {
+                    fc.content = None;
+                    c.skip(3)?;
+                }
+                b"index" => {
+                    let start = c.i;
+                    c.skip(3)?;
+                    fc.index = json::parse_u32(&d[start..c.i]);
+                }
+                b"finish_reason" => {
+                    fc.finish = c.peek() == b'"';
+                    c.skip(3)?;
+                }
+                _ => c.skip(3)?,
+            }
+            if !c.more(b'}')? {
+                break;
+            }
+        }
+    }
+    out.push(fc);
+    Ok(true)
+}

@@ -1,0 +1,116 @@
+//! The template learner: the shape of a recent chunk, so that the next
+//! chunks of the same shape are recognised with a few comparisons instead
+//! of a scan (the hot path of [`ChatStream`](crate::ChatStream)).
+
+use std::ops::Range;
+
+use crate::json;
+
+/// Largest chunk a [`ChunkTemplate`] is learned from.
+pub(crate) const MAX_TEMPLATE: usize = 4096;
+
+/// How many chunk shapes a stream keeps (content and reasoning chunks
+/// alternate in some streams; `n` > 1 interleaves choices).
+pub(crate) const TEMPLATES: usize = 4;
+
+/// The shape of a recent chunk without a finish, learned so the next ones
+/// can be checked with a few comparisons instead of a full scan.
+///
+/// Chunks of one stream are nearly identical: the same `id`, `model`,
+/// `created`, keys and punctuation; only string values vary (the content,
+/// reasoning text, `obfuscation` padding). A template is the learned chunk
+/// cut at those strings ("holes"): the delta's string members and the
+/// top-level strings other than the envelope's. A chunk made of the same
+/// literal segments with a valid JSON string in each hole parses exactly
+/// like the chunk the template was learned from, except for those strings:
+/// it is valid JSON, for the same choice index, without `finish_reason`,
+/// with its content (if the template has a content hole) in that hole.
+/// Anything else takes the full scan.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ChunkTemplate {
+    /// The literal segments, concatenated.
+    pub(crate) literal: Vec<u8>,
+    /// End of each segment in `literal`; holes lie between segments.
+    pub(crate) seg_ends: Vec<usize>,
+    pub(crate) content_hole: Option<usize>,
+    pub(crate) index: u32,
+    pub(crate) valid: bool,
+}
+
+impl ChunkTemplate {
+    /// `Some(content)` if `d` matches: the content's raw body, when the
+    /// template has a content hole.
+    #[inline]
+    pub(crate) fn matches(&self, d: &[u8]) -> Option<Option<Range<usize>>> {
+        if !self.valid {
+            return None;
+        }
+        let mut pos = 0;
+        let mut lit = 0;
+        let mut content = None;
+        let last = self.seg_ends.len() - 1;
+        for (h, &end) in self.seg_ends.iter().enumerate() {
+            let seg = &self.literal[lit..end];
+            if !d.get(pos..)?.starts_with(seg) {
+                return None;
+            }
+            pos += seg.len();
+            lit = end;
+            if h == last {
+                return (pos == d.len()).then_some(content);
+            }
+            let (s_end, _) = json::scan_string(d, pos).ok()?;
+            if Some(h) == self.content_hole {
+                content = Some(pos + 1..s_end - 1);
+            }
+            pos = s_end;
+        }
+        None
+    }
+
+    /// Learns from a chunk the full scan found to have one choice and no
+    /// finish: `content` is the content's raw body, `holes` the other
+    /// varying string tokens.
+    pub(crate) fn learn(
+        &mut self,
+        d: &[u8],
+        index: u32,
+        content: Option<&Range<usize>>,
+        holes: &[Range<usize>],
+    ) {
+        const MAX_HOLES: usize = 16;
+        self.valid = false;
+        if d.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES {
+            return;
+        }
+        let content_tok = content.map(|c| c.start - 1..c.end + 1);
+        let mut cuts: [Range<usize>; MAX_HOLES] = Default::default();
+        cuts[..holes.len()].clone_from_slice(holes);
+        let mut n = holes.len();
+        if let Some(t) = &content_tok {
+            cuts[n] = t.clone();
+            n += 1;
+        }
+        let cuts = &mut cuts[..n];
+        cuts.sort_by_key(|r| r.start);
+        self.literal.clear();
+        self.seg_ends.clear();
+        self.content_hole = None;
+        let mut at = 0;
+        for (k, h) in cuts.iter().enumerate() {
+            if h.start < at {
+                return;
+            }
+            self.literal.extend_from_slice(&d[at..h.start]);
+            self.seg_ends.push(self.literal.len());
+            if Some(h) == content_tok.as_ref() {
+                self.content_hole = Some(k);
+            }
+            at = h.end;
+        }
+        self.literal.extend_from_slice(&d[at..]);
+        self.seg_ends.push(self.literal.len());
+        self.index = index;
+        self.valid = true;
+    }
+}

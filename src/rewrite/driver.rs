@@ -1,0 +1,333 @@
+//! The streaming loop shared by every response rewriter: an SSE
+//! [`Parser`] lends frames to a [`Handler`] (one per endpoint), which
+//! queues output in an [`Out`]; [`SseRewriter`] is the one public wrapper
+//! around the pair, as tokio-util's `Framed` is one wrapper over many
+//! codecs.
+//!
+//! # Contract
+//!
+//! Sans-IO, the same for every handler ([`StreamRewriter`]): `feed` an
+//! input piece, drain `next_output` until `None`, repeat; `finish` once at
+//! the end of the input and drain again. The concatenation of the outputs
+//! is the rewritten stream. A frame the handler passes through goes out as
+//! a slice of the input piece it lies in; neighbouring pass-through frames
+//! of one piece go out as one slice. Everything a piece yields is out
+//! before `None`: nothing is held back.
+//!
+//! ```text
+//!  feed(piece) ──► Parser ──FrameRef──► Handler::handle ──► Out ──► next_output()
+//!  finish()    ──► remaining frames, Handler::end, unterminated tail ──► Out
+//! ```
+//!
+//! A split CRLF (`\r` ending one piece, `\n` starting the next) after an
+//! event the handler re-framed with LF line ends is the one case where a
+//! frame must not reach the handler: [`Out::swallow_line_end`] drops that
+//! lone LF here, once for every endpoint.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use bytes::{Buf, Bytes};
+
+use crate::sse::{FrameKind, FrameRef, Parser};
+
+/// The sans-IO contract shared by the streaming rewriters
+/// ([`ChatStream`](crate::ChatStream), [`MessagesStream`](crate::MessagesStream)),
+/// so adapters (the CLI, `citestream::stream`) drive them the same way.
+///
+/// Call order: any number of `feed` calls, each followed by draining
+/// `next_output` until `None`; then `finish` once and drain again.
+pub trait StreamRewriter {
+    /// Queues an input piece (any size, split anywhere).
+    fn feed(&mut self, chunk: Bytes);
+    /// The next piece of output, or `None` when more input is needed.
+    fn next_output(&mut self) -> Option<Bytes>;
+    /// Ends the input; the rest of the output becomes available from
+    /// `next_output`.
+    fn finish(&mut self);
+}
+
+/// What a streaming rewriter does with each frame; [`SseRewriter`] does
+/// the rest (parsing, draining, the end of the input). Implemented by the
+/// endpoint handlers only (the trait is not nameable outside the crate).
+pub trait Handler {
+    /// The rewriter's name in `Debug` output (`"ChatStream"`).
+    const NAME: &'static str;
+    /// Handles one frame lent by the parser, queueing output in `out()`.
+    fn handle(&mut self, f: &FrameRef<'_>);
+    /// The output queue.
+    fn out(&mut self) -> &mut Out;
+    /// The input ended (called once, before the unterminated tail goes out).
+    fn end(&mut self);
+    /// Whether the top-level additions have been emitted (or queued).
+    fn sources_emitted(&self) -> bool;
+    /// The handler's state for `Debug` output.
+    fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>);
+}
+
+/// The output queue of a streaming rewriter. Frames passed through
+/// unchanged that lie next to each other in one input piece go out as one
+/// slice of it (one reference count update per run instead of per event).
+#[derive(Debug, Default)]
+pub struct Out {
+    queue: VecDeque<Bytes>,
+    /// The piece the current run lies in, and the run's bounds in it.
+    run: Option<Bytes>,
+    run_start: usize,
+    run_end: usize,
+    /// The last event was re-framed from raw bytes ending in a CR: a
+    /// [`LineEnd`](crate::sse::Frame::LineEnd) right after it completed that
+    /// CR and must not follow our LF-framed copy.
+    pub(crate) swallow_line_end: bool,
+}
+
+impl Out {
+    /// Forwards a frame unchanged.
+    #[inline]
+    pub(crate) fn pass(&mut self, f: &FrameRef<'_>) {
+        let Some((piece, at)) = f.piece() else {
+            self.push(f.raw_bytes());
+            return;
+        };
+        let end = at + f.raw().len();
+        if let Some(run) = &self.run {
+            if run.as_ptr() == piece.as_ptr() && run.len() == piece.len() && self.run_end == at {
+                self.run_end = end;
+                return;
+            }
+            self.flush_run();
+        }
+        self.run = Some(piece.clone());
+        self.run_start = at;
+        self.run_end = end;
+    }
+
+    /// Queues bytes of our own (after the current run).
+    pub(crate) fn push(&mut self, b: Bytes) {
+        self.flush_run();
+        self.queue.push_back(b);
+    }
+
+    /// Ends the current run: it becomes the next queued output.
+    #[inline]
+    pub(crate) fn flush_run(&mut self) {
+        if let Some(mut b) = self.run.take() {
+            b.truncate(self.run_end);
+            b.advance(self.run_start);
+            self.queue.push_back(b);
+        }
+    }
+
+    /// The next queued output.
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<Bytes> {
+        self.queue.pop_front()
+    }
+}
+
+/// A streaming rewriter: the SSE parser and an endpoint's [`Handler`].
+/// [`ChatStream`](crate::ChatStream) and
+/// [`MessagesStream`](crate::MessagesStream) are its two instances; the
+/// module docs state the contract.
+///
+/// # Panics
+///
+/// Never panics, on any input.
+pub struct SseRewriter<H> {
+    parser: Parser,
+    /// A separate value so it can change while the parser lends it a frame.
+    h: H,
+    ended: bool,
+}
+
+impl<H> SseRewriter<H> {
+    pub(crate) fn with_handler(parser: Parser, h: H) -> Self {
+        SseRewriter {
+            parser,
+            h,
+            ended: false,
+        }
+    }
+}
+
+impl<H: Handler> SseRewriter<H> {
+    /// Queues an input piece (any size, split anywhere).
+    pub fn feed(&mut self, chunk: Bytes) {
+        self.parser.feed(chunk);
+    }
+
+    /// The next piece of output, or `None` when more input is needed.
+    ///
+    /// Unchanged events that lie next to each other in one input piece come
+    /// out as one slice of it; everything a piece yields is out before
+    /// `None` is returned, so nothing is held back.
+    #[must_use]
+    pub fn next_output(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(b) = self.h.out().pop() {
+                return Some(b);
+            }
+            match self.parser.next_frame_ref() {
+                Some(f) => Self::dispatch(&mut self.h, &f),
+                None => {
+                    let out = self.h.out();
+                    out.flush_run();
+                    return out.pop();
+                }
+            }
+        }
+    }
+
+    /// Ends the input: what remains (synthesized additions, an
+    /// unterminated last event's bytes) is queued for
+    /// [`next_output`](Self::next_output).
+    pub fn finish(&mut self) {
+        // Handle complete frames first (a caller may call `finish` without
+        // draining).
+        while let Some(f) = self.parser.next_frame_ref() {
+            Self::dispatch(&mut self.h, &f);
+        }
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        self.h.end();
+        if let Some(tail) = self.parser.finish() {
+            self.h.out().push(tail);
+        }
+        self.h.out().flush_run();
+    }
+
+    /// Whether the top-level additions (`sources`, `citations`) have been
+    /// emitted (or queued).
+    #[must_use]
+    pub fn sources_emitted(&self) -> bool {
+        self.h.sources_emitted()
+    }
+
+    /// Hands one frame to the handler, dropping the LF of a split CRLF
+    /// after an event the handler re-framed.
+    #[inline]
+    fn dispatch(h: &mut H, f: &FrameRef<'_>) {
+        let swallow = std::mem::replace(&mut h.out().swallow_line_end, false);
+        if !(swallow && f.kind() == FrameKind::LineEnd) {
+            h.handle(f);
+        }
+    }
+}
+
+impl<H: Handler> fmt::Debug for SseRewriter<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct(H::NAME);
+        d.field("parser", &self.parser);
+        self.h.debug_fields(&mut d);
+        d.finish_non_exhaustive()
+    }
+}
+
+impl<H: Handler> StreamRewriter for SseRewriter<H> {
+    fn feed(&mut self, chunk: Bytes) {
+        SseRewriter::feed(self, chunk);
+    }
+    fn next_output(&mut self) -> Option<Bytes> {
+        SseRewriter::next_output(self)
+    }
+    fn finish(&mut self) {
+        SseRewriter::finish(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sse::Config;
+
+    /// Passes every frame, re-framing (as a handler may) events whose data
+    /// is `x`, and counts what it saw.
+    #[derive(Default)]
+    struct Echo {
+        out: Out,
+        frames: usize,
+        ended: usize,
+    }
+
+    impl Handler for Echo {
+        const NAME: &'static str = "Echo";
+        fn handle(&mut self, f: &FrameRef<'_>) {
+            self.frames += 1;
+            if f.kind() == FrameKind::Event && f.data() == b"x" {
+                self.out.swallow_line_end = f.raw().ends_with(b"\r");
+                self.out.push(Bytes::from_static(b"data: y\n\n"));
+            } else {
+                self.out.pass(f);
+            }
+        }
+        fn out(&mut self) -> &mut Out {
+            &mut self.out
+        }
+        fn end(&mut self) {
+            self.ended += 1;
+        }
+        fn sources_emitted(&self) -> bool {
+            false
+        }
+        fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+            d.field("frames", &self.frames);
+        }
+    }
+
+    fn echo() -> SseRewriter<Echo> {
+        SseRewriter::with_handler(Parser::with_config(&Config::new()), Echo::default())
+    }
+
+    fn drain(r: &mut SseRewriter<Echo>) -> Vec<Bytes> {
+        std::iter::from_fn(|| r.next_output()).collect()
+    }
+
+    #[test]
+    fn pass_through_frames_of_one_piece_go_out_as_one_slice() {
+        let mut r = echo();
+        let piece = Bytes::from_static(b"data: a\n\n: c\n\ndata: b\n\n");
+        r.feed(piece.clone());
+        let out = drain(&mut r);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0], piece);
+        // A slice of the input, not a copy.
+        assert_eq!(out[0].as_ptr(), piece.as_ptr());
+        assert_eq!(r.h.frames, 3);
+    }
+
+    #[test]
+    fn our_bytes_split_runs_and_keep_order() {
+        let mut r = echo();
+        r.feed(Bytes::from_static(b"data: a\n\ndata: x\n\ndata: b\n\n"));
+        let out = drain(&mut r);
+        assert_eq!(
+            out,
+            [&b"data: a\n\n"[..], b"data: y\n\n", b"data: b\n\n"].map(Bytes::from_static)
+        );
+    }
+
+    #[test]
+    fn split_crlf_after_a_reframed_event_is_dropped() {
+        let mut r = echo();
+        r.feed(Bytes::from_static(b"data: x\r\n\r"));
+        let mut out = drain(&mut r);
+        r.feed(Bytes::from_static(b"\ndata: b\r\n\r\n"));
+        out.extend(drain(&mut r));
+        r.finish();
+        out.extend(drain(&mut r));
+        assert_eq!(out.concat(), b"data: y\n\ndata: b\r\n\r\n");
+    }
+
+    #[test]
+    fn finish_handles_undrained_frames_then_the_tail_once() {
+        let mut r = echo();
+        r.feed(Bytes::from_static(b"data: a\n\ndata: unterminated"));
+        r.finish();
+        r.finish();
+        assert_eq!(r.h.ended, 1);
+        assert_eq!(drain(&mut r).concat(), b"data: a\n\ndata: unterminated");
+        assert!(format!("{r:?}").starts_with("Echo { parser: "));
+    }
+}
