@@ -4,10 +4,8 @@
 
 use std::ops::Range;
 
-pub use crate::json::{
-    ArrayWalker, Invalid, MAX_DEPTH, Member, ObjectWalker, decode_str, decode_token, scan_string,
-    scan_value, skip_ws,
-};
+/// The whole internal JSON module.
+pub use crate::json::*;
 
 /// What a chunk scan read of one choice: its index (`None` when not a
 /// `u32`), the raw body of `delta.content` when it is a string, whether

@@ -1,6 +1,6 @@
 //! The crate's JSON scanning reads what `serde_json` reads.
 //!
-//! 1. Arbitrary bytes: `citestream::json::scan_value` accepts exactly the
+//! 1. Arbitrary bytes: `scan_value` (the crate's JSON skipper) accepts exactly the
 //!    texts `serde_json` accepts (grammar only: lone surrogates and invalid
 //!    UTF-8 in strings are accepted by design, so those inputs are skipped;
 //!    nesting is kept below both depth limits), and `ObjectWalker` yields
@@ -13,13 +13,20 @@
 //!    every character read, markers identify the content) and through
 //!    which chunk they precede (the chunk itself when it finishes the
 //!    choice, else a later finish chunk).
+//! 3. The differential of the chat rewriter's two chunk scans, on the raw
+//!    bytes and on two generated chunks: the fast scan (the hot path)
+//!    accepts exactly what the full scan accepts and reads the same
+//!    choices (index, content, finish) unless it defers (escaped key); a
+//!    chunk template learned from one chunk accepts another only if both
+//!    scans read it as the template says (one choice, its content in the
+//!    content hole, no finish).
 #![no_main]
 
 use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
 use citestream::cite::{MarkerTracker, OffsetUnit};
-use citestream::json::{ObjectWalker, decode_str, scan_value, skip_ws};
+use citestream::fuzzing::{self, ObjectWalker, decode_str, scan_value, skip_ws};
 use citestream::{ChatStream, Sources};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -317,6 +324,8 @@ impl ChoiceV {
 struct Case {
     raw: Vec<u8>,
     chunk: ChunkSpec,
+    /// A second chunk for the template differential.
+    other: ChunkSpec,
     style: Vec<u8>,
     unit: u8,
 }
@@ -527,13 +536,47 @@ fn chunk_in_stream(chunk: &[u8], unit: OffsetUnit) {
     }
 }
 
+/// Part 3a: the fast scan against the full scan.
+fn fast_vs_full(d: &[u8]) {
+    let full = fuzzing::full_scan(d);
+    match fuzzing::fast_scan(d) {
+        Err(_) => assert!(full.is_err(), "the fast scan rejects what the full scan accepts"),
+        // An escaped key: the full scan decides.
+        Ok(None) => {}
+        Ok(Some(fast)) => assert_eq!(Ok(fast), full, "the fast and full scans read differently"),
+    }
+}
+
+/// Part 3b: a template learned from `learn` accepts `candidate` only if
+/// both scans read `candidate` as the template does.
+fn template_vs_scans(learn: &[u8], candidate: &[u8]) {
+    let Some(read) = fuzzing::template_match(learn, candidate) else {
+        return;
+    };
+    let full = fuzzing::full_scan(candidate).expect("a template accepted invalid JSON");
+    assert_eq!(full, [read.clone()], "template and full scan read differently");
+    if let Some(fast) = fuzzing::fast_scan(candidate).expect("valid") {
+        assert_eq!(fast, [read], "template and fast scan read differently");
+    }
+}
+
 fuzz_target!(|case: Case| {
     raw_json(&case.raw);
     let mut w = W {
         u: Unstructured::new(&case.style),
         out: String::new(),
     };
+    w.val(&case.other.to_val(), 0);
+    let other = std::mem::take(&mut w.out);
     w.val(&case.chunk.to_val(), 0);
+    if max_nesting(&case.raw) <= 100 {
+        fast_vs_full(&case.raw);
+    }
+    fast_vs_full(w.out.as_bytes());
+    fast_vs_full(other.as_bytes());
+    template_vs_scans(w.out.as_bytes(), other.as_bytes());
+    template_vs_scans(w.out.as_bytes(), &case.raw);
+    template_vs_scans(w.out.as_bytes(), w.out.as_bytes());
     if std::env::var_os("CHAT_SCAN_DEBUG").is_some() {
         eprintln!("chunk: {}", w.out);
     }

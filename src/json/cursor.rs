@@ -9,6 +9,7 @@ use std::ops::Range;
 use super::{Invalid, MAX_DEPTH, scan_string, scan_value};
 
 /// A position in a JSON text, advanced token by token by its caller.
+#[derive(Debug)]
 pub struct Cursor<'a> {
     /// The text.
     pub b: &'a [u8],

@@ -297,3 +297,129 @@ pub fn inject(
 fn arr_is_empty(b: &[u8], at: usize) -> bool {
     json::elements(b, at).is_none_or(|e| e.is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src() -> Sources {
+        Sources::new(vec![Source {
+            title: Some("T".into()),
+            url: Some("u".into()),
+            ..Default::default()
+        }])
+    }
+
+    /// Injects, checks the output is valid JSON equal to the input but for
+    /// the edit, and returns the output with the rendered block as `B`.
+    fn inj(endpoint: Endpoint, body: &str, placement: Placement) -> String {
+        let opts = InjectOptions {
+            placement,
+            ..InjectOptions::default()
+        };
+        let out = inject(endpoint, body.as_bytes(), &src(), &opts).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        serde_json::from_str::<serde_json::Value>(&out).unwrap();
+        let mut lit = String::new();
+        push_json_str(&mut lit, &render_sources(&opts.template, &src()));
+        out.replace(&lit, "B")
+    }
+
+    const CHAT: Endpoint = Endpoint::ChatCompletions;
+    const MSGS: Endpoint = Endpoint::Messages;
+    const USER: Placement = Placement::UserMessage;
+    const SYSTEM: Placement = Placement::System;
+
+    #[test]
+    fn user_message_edits() {
+        let part = r#"{"type":"text","text":B}"#;
+        for (body, want) in [
+            (
+                r#"{"messages":[{"role":"user","content":"q"}]}"#,
+                format!(
+                    r#"{{"messages":[{{"role":"user","content":[{part},{{"type":"text","text":"q"}}]}}]}}"#
+                ),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[]}]}"#,
+                format!(r#"{{"messages":[{{"role":"user","content":[{part}]}}]}}"#),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"q"}]}]}"#,
+                format!(
+                    r#"{{"messages":[{{"role":"user","content":[{part},{{"type":"text","text":"q"}}]}}]}}"#
+                ),
+            ),
+            (
+                r#"{"messages":[{"role":"user"}]}"#,
+                format!(r#"{{"messages":[{{"content":[{part}],"role":"user"}}]}}"#),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":null}]}"#,
+                format!(r#"{{"messages":[{{"role":"user","content":[{part}]}}]}}"#),
+            ),
+        ] {
+            assert_eq!(inj(CHAT, body, USER), want, "{body}");
+            assert_eq!(inj(MSGS, body, USER), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn chat_system_message_goes_first() {
+        for (body, want) in [
+            (
+                r#"{"messages":[{"role":"user","content":"q"}]}"#,
+                r#"{"messages":[{"role":"system","content":B},{"role":"user","content":"q"}]}"#,
+            ),
+            (
+                r#"{"messages":[]}"#,
+                r#"{"messages":[{"role":"system","content":B}]}"#,
+            ),
+            // No user message: the fallback to a system message.
+            (
+                r#"{"messages":[{"role":"assistant","content":"a"}]}"#,
+                r#"{"messages":[{"role":"system","content":B},{"role":"assistant","content":"a"}]}"#,
+            ),
+        ] {
+            assert_eq!(inj(CHAT, body, SYSTEM), want, "{body}");
+        }
+        let none = inject(CHAT, b"{}", &src(), &InjectOptions::default());
+        assert_eq!(none, Err(InjectError::NoMessages));
+    }
+
+    #[test]
+    fn messages_system_edits() {
+        let part = r#"{"type":"text","text":B}"#;
+        for (body, want) in [
+            (
+                r#"{"messages":[]}"#,
+                r#"{"messages":[],"system":B}"#.to_owned(),
+            ),
+            (r#"{}"#, r#"{"system":B}"#.to_owned()),
+            (
+                r#"{"system":"s","messages":[]}"#,
+                format!(r#"{{"system":[{{"type":"text","text":"s"}},{part}],"messages":[]}}"#),
+            ),
+            (
+                r#"{"system":[{"type":"text","text":"s"}]}"#,
+                format!(r#"{{"system":[{{"type":"text","text":"s"}},{part}]}}"#),
+            ),
+            (r#"{"system":[]}"#, format!(r#"{{"system":[{part}]}}"#)),
+            (r#"{"system":null}"#, r#"{"system":B}"#.to_owned()),
+        ] {
+            assert_eq!(inj(MSGS, body, SYSTEM), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn no_sources_and_bad_bodies() {
+        let body = br#"{"messages":[]}"#;
+        let empty = Sources::new(Vec::new());
+        let opts = InjectOptions::default();
+        assert_eq!(inject(CHAT, body, &empty, &opts).unwrap(), body);
+        assert!(matches!(
+            inject(CHAT, b"[1]", &src(), &opts),
+            Err(InjectError::Invalid(_))
+        ));
+    }
+}

@@ -125,7 +125,9 @@ impl Out {
     }
 }
 
-/// A streaming rewriter: the SSE parser and an endpoint's [`Handler`].
+/// A streaming rewriter: the SSE parser and an endpoint's handler
+/// ([`ChatHandler`](crate::rewrite::ChatHandler),
+/// [`MessagesHandler`](crate::rewrite::MessagesHandler)).
 /// [`ChatStream`](crate::ChatStream) and
 /// [`MessagesStream`](crate::MessagesStream) are its two instances; the
 /// module docs state the contract.

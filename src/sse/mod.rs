@@ -39,8 +39,11 @@
 //! assert_eq!(out, b"data: {\"a\":1}\n\ndata: [DONE]\n\ndata: cut");
 //! ```
 
+mod frame;
 mod parser;
+mod state;
 mod writer;
 
-pub use parser::{Config, DEFAULT_MAX_EVENT_SIZE, Event, Frame, FrameKind, FrameRef, Parser};
+pub use frame::{Event, Frame, FrameKind, FrameRef};
+pub use parser::{Config, DEFAULT_MAX_EVENT_SIZE, Parser};
 pub use writer::write_event;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use citestream::sse::{Frame, Parser};
 use citestream::{
-    ChatStream, Dialect, MessagesStream, OffsetUnit, RewriteOptions, Sources, StreamRewriter,
+    Dialect, Endpoint, OffsetUnit, RewriteOptions, Rewriter, Sources, StreamRewriter,
 };
 
 const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]";
@@ -238,9 +238,9 @@ fn rewrite(args: &[String]) -> Result<(), Failure> {
     let sources_path = args
         .get("--sources")
         .ok_or_else(|| Failure::Usage("rewrite needs --sources FILE".into()))?;
-    let messages = match args.get("--endpoint").unwrap_or("chat") {
-        "chat" => false,
-        "messages" => true,
+    let endpoint = match args.get("--endpoint").unwrap_or("chat") {
+        "chat" => Endpoint::ChatCompletions,
+        "messages" => Endpoint::Messages,
         other => {
             return Err(Failure::Usage(format!(
                 "--endpoint takes chat or messages, got '{other}'"
@@ -289,16 +289,11 @@ fn rewrite(args: &[String]) -> Result<(), Failure> {
     enum Mode {
         Undecided(Vec<Bytes>),
         Body(Vec<u8>),
-        Stream(Box<dyn StreamRewriter>),
+        Stream(Rewriter),
     }
     let mut mode = Mode::Undecided(Vec::new());
-    let new_stream = |sources: &Arc<Sources>| -> Box<dyn StreamRewriter> {
-        if messages {
-            Box::new(MessagesStream::new(sources.clone(), opts.clone()))
-        } else {
-            Box::new(ChatStream::new(sources.clone(), opts.clone()))
-        }
-    };
+    let new_stream =
+        |sources: &Arc<Sources>| Rewriter::new(endpoint, sources.clone(), opts.clone());
     for_each_piece(input, chunk, |piece| {
         if let Mode::Undecided(held) = &mut mode {
             let first = piece.iter().position(|b| !b.is_ascii_whitespace());
@@ -340,11 +335,7 @@ fn rewrite(args: &[String]) -> Result<(), Failure> {
             }
         }
         Mode::Body(all) => {
-            let rewritten = if messages {
-                citestream::messages::rewrite_body(&all, &sources, &opts)
-            } else {
-                citestream::chat::rewrite_body(&all, &sources, &opts)
-            };
+            let rewritten = citestream::rewrite::rewrite_body(endpoint, &all, &sources, &opts);
             out.write_all(&rewritten)?;
         }
         Mode::Stream(mut rw) => {

@@ -10,7 +10,7 @@
 //! chunk the rewriter reads only `choices[].index`,
 //! `choices[].delta.content` and `choices[].finish_reason` (plus the
 //! envelope `id`, `object`, `created`, `model`, `system_fingerprint` when a
-//! choice finishes) with the scanner in [`crate::json`]. A chunk it does not
+//! choice finishes) with the chunk scanner (`scan.rs`). A chunk it does not
 //! change goes out as the very same bytes (a slice of the input). Then:
 //!
 //! * before the first `finish_reason` chunk of each choice with at least one
@@ -34,6 +34,14 @@
 //! `annotations` on each `choices[i].message` (ours appended after any
 //! upstream ones; an empty array when there are none), top-level `sources`
 //! and/or `citations`; every other byte stays where it was.
+//!
+//! # Files
+//!
+//! * `scan.rs`: the chunk scanner (the fast scan and the full scan);
+//! * `template.rs`: the template learner (the hot path);
+//! * `mod.rs` (here): [`ChatHandler`], what the stream does per chunk, and
+//!   the cold path of finish chunks;
+//! * `body.rs`: the whole-body rewriter.
 
 use std::fmt;
 use std::ops::Range;

@@ -292,3 +292,94 @@ fn fast_choice(
     out.push(fc);
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Read = Vec<(Option<u32>, Option<String>, bool)>;
+
+    fn full(d: &str) -> Result<Read, Invalid> {
+        let (mut s, mut cs) = (ChunkScan::default(), Vec::new());
+        scan_chunk(d.as_bytes(), &mut s, &mut cs)?;
+        let body = |r: &Range<usize>| d[r.clone()].to_owned();
+        Ok(cs
+            .iter()
+            .map(|c| (c.index, c.content.as_ref().map(body), c.finish.is_some()))
+            .collect())
+    }
+
+    /// `Ok(None)`: the fast scan defers to the full scan.
+    fn fast(d: &str) -> Result<Option<(Read, Vec<String>)>, Invalid> {
+        let (mut cs, mut holes) = (Vec::new(), Vec::new());
+        if !fast_scan(d.as_bytes(), &mut cs, &mut holes)? {
+            return Ok(None);
+        }
+        let read = cs
+            .iter()
+            .map(|c| {
+                (
+                    c.index,
+                    c.content.clone().map(|r| d[r].to_owned()),
+                    c.finish,
+                )
+            })
+            .collect();
+        let holes = holes.into_iter().map(|r| d[r].to_owned()).collect();
+        Ok(Some((read, holes)))
+    }
+
+    #[test]
+    fn both_scans_read_the_same_choices() {
+        for d in [
+            r#"{"id":"c","choices":[{"index":0,"delta":{"content":"a\"b"},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"x"}},{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            r#" { "choices" : [ { "delta" : { "content" : null } } , 3 ] } "#,
+            r#"{"choices":[{"index":-1,"delta":{"content":"x","content":7}}]}"#,
+            r#"{"choices":[{"index":2,"delta":"s","finish_reason":{"a":1}}],"choices":[]}"#,
+            r#"{"usage":{"total_tokens":3},"choices":[]}"#,
+        ] {
+            let (read, _) = fast(d).unwrap().expect("no escaped key");
+            assert_eq!(Ok(read), full(d), "{d}");
+        }
+    }
+
+    #[test]
+    fn the_full_scan_reads_envelope_usage_and_escaped_keys() {
+        let d = r#"{"id":"c","model":"m","choices":[],"usage":{"a":1},"sources":[],"created":1}"#;
+        let (mut s, mut cs) = (ChunkScan::default(), Vec::new());
+        scan_chunk(d.as_bytes(), &mut s, &mut cs).unwrap();
+        assert_eq!(s.envelope[0].clone().map(|r| &d[r]), Some("\"c\""));
+        assert_eq!(s.envelope[2].clone().map(|r| &d[r]), Some("1"));
+        assert_eq!(s.envelope[4], None);
+        assert_eq!(&d[s.usage.unwrap().value()], r#"{"a":1}"#);
+        assert_eq!(s.existing.sources.len(), 1);
+        assert_eq!(s.close, d.len() - 1);
+
+        let escaped = r#"{"choic\u0065s":[{"index":0,"delta":{"content":"x"}}]}"#;
+        assert_eq!(fast(escaped), Ok(None));
+        assert_eq!(full(escaped), Ok(vec![(Some(0), Some("x".into()), false)]));
+    }
+
+    #[test]
+    fn holes_are_the_strings_that_vary() {
+        let d = r#"{"id":"c","object":"o","choices":[{"index":0,"delta":{"role":"assistant","content":"x","tool_calls":[{"function":{"arguments":"{}"}}]}}],"obfuscation":"zz"}"#;
+        let (_, holes) = fast(d).unwrap().unwrap();
+        assert_eq!(holes, [r#""assistant""#, r#""{}""#, r#""zz""#]);
+    }
+
+    #[test]
+    fn both_scans_reject_invalid_json() {
+        for d in [
+            "",
+            "[]",
+            r#"{"choices":[{"index":0,"delta":{"content":"x"}}]"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"x"}}]} x"#,
+            r#"{"choices":[{"index":01}]}"#,
+            "{\"choices\":[{\"delta\":{\"content\":\"a\nb\"}}]}",
+        ] {
+            assert_eq!(fast(d), Err(Invalid), "{d:?}");
+            assert_eq!(full(d), Err(Invalid), "{d:?}");
+        }
+    }
+}

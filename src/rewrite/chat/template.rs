@@ -114,3 +114,73 @@ impl ChunkTemplate {
         self.valid = true;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rewrite::chat::scan::fast_scan;
+
+    /// The template learned from `d` the way the handler learns it.
+    fn learned(d: &str) -> ChunkTemplate {
+        let (mut cs, mut holes) = (Vec::new(), Vec::new());
+        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes).unwrap());
+        let [c] = &cs[..] else { panic!("one choice") };
+        let mut t = ChunkTemplate::default();
+        t.learn(d.as_bytes(), c.index.unwrap(), c.content.as_ref(), &holes);
+        t
+    }
+
+    fn content<'d>(t: &ChunkTemplate, d: &'d str) -> Option<Option<&'d str>> {
+        Some(t.matches(d.as_bytes())?.map(|r| &d[r]))
+    }
+
+    const CHUNK: &str = r#"{"id":"c1","choices":[{"index":2,"delta":{"content":"Hi"},"finish_reason":null}],"obfuscation":"ab"}"#;
+
+    #[test]
+    fn matches_chunks_of_the_same_shape() {
+        let t = learned(CHUNK);
+        assert!(t.valid);
+        assert_eq!(t.index, 2);
+        assert_eq!(t.seg_ends.len(), 3);
+        assert_eq!(content(&t, CHUNK), Some(Some("Hi")));
+        let other = CHUNK
+            .replace("Hi", r#"a \"[1]\" \u00e9"#)
+            .replace("ab", "xyz");
+        assert_eq!(content(&t, &other), Some(Some(r#"a \"[1]\" \u00e9"#)));
+    }
+
+    #[test]
+    fn anything_else_is_no_match() {
+        let t = learned(CHUNK);
+        for d in [
+            CHUNK.replace("c1", "c2"),
+            CHUNK.replace("null", r#""stop""#),
+            CHUNK.replace(r#""Hi""#, "null"),
+            CHUNK.replace("Hi", "a\nb"),
+            CHUNK.replace(r#""ab""#, r#""ab"#),
+            format!("{CHUNK} "),
+            CHUNK[..CHUNK.len() - 1].to_owned(),
+            String::new(),
+        ] {
+            assert_eq!(content(&t, &d), None, "{d:?}");
+        }
+        assert_eq!(content(&ChunkTemplate::default(), CHUNK), None);
+    }
+
+    #[test]
+    fn a_chunk_without_content_has_no_content_hole() {
+        let d = r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#;
+        let t = learned(d);
+        assert_eq!(t.content_hole, None);
+        assert_eq!(content(&t, &d.replace("assistant", "tool")), Some(None));
+    }
+
+    #[test]
+    fn large_chunks_are_not_learned() {
+        let big = CHUNK.replace("Hi", &"x".repeat(MAX_TEMPLATE));
+        assert!(!learned(&big).valid);
+        let mut t = learned(CHUNK);
+        t.learn(big.as_bytes(), 0, None, &[]);
+        assert!(!t.valid, "a failed learn forgets the old template");
+    }
+}

@@ -1,0 +1,499 @@
+//! The parser's state machine: lines, fields and blocks found in the
+//! current input piece, gathered across pieces when a block spans two,
+//! discarded past the size limit. [`Parser`](super::Parser) wraps it with
+//! the current piece and turns what it finds into frames.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
+
+use super::frame::{Data, FrameKind, Loc};
+use super::parser::BOM;
+
+/// A frame found by the state machine, before any `Bytes` is made for it.
+#[derive(Clone, Debug)]
+pub(super) struct Found {
+    pub(super) kind: FrameKind,
+    pub(super) raw: Loc,
+    /// For events: the data's range in the raw bytes, `None` when joined
+    /// into `State::joined`.
+    pub(super) data: Option<Range<usize>>,
+    pub(super) event: Option<Range<usize>>,
+    pub(super) id: Option<Range<usize>>,
+    pub(super) retry: Option<u64>,
+}
+
+impl Found {
+    #[inline]
+    pub(super) fn plain(kind: FrameKind, raw: Loc) -> Self {
+        Found {
+            kind,
+            raw,
+            data: None,
+            event: None,
+            id: None,
+            retry: None,
+        }
+    }
+}
+
+/// Everything but the current piece, so the scanner can read the piece
+/// while it updates its state.
+pub(super) struct State {
+    pub(super) max: usize,
+    /// Pieces fed after `cur`.
+    pub(super) queue: VecDeque<Bytes>,
+    /// Scan position in `cur`.
+    pub(super) pos: usize,
+    /// Where the not-yet-gathered part of the current block starts in
+    /// `cur`. Block-relative offset of `cur[i]` is
+    /// `partial.len() + i - start`.
+    pub(super) start: usize,
+    /// The current block's bytes from earlier pieces.
+    pub(super) partial: BytesMut,
+    /// Block-relative start of the current line.
+    pub(super) line_start: usize,
+    /// The last byte consumed was a CR line end at the end of a piece.
+    pub(super) after_cr: bool,
+    /// BOM bytes matched so far; `None` once decided.
+    pub(super) bom: Option<u8>,
+    /// Oversized block: forwarding bytes until a blank line.
+    pub(super) discard: bool,
+    /// In discard mode: no byte since the last line end.
+    pub(super) discard_at_line_start: bool,
+    pub(super) data: Data,
+    pub(super) scratch: BytesMut,
+    pub(super) event: Option<Range<usize>>,
+    pub(super) id: Option<Range<usize>>,
+    pub(super) id_valid: Option<Range<usize>>,
+    pub(super) retry: Option<u64>,
+    pub(super) last_event_id: Bytes,
+    pub(super) initial_last_event_id: Bytes,
+    pub(super) reconnection_time: Option<u64>,
+    /// Raw bytes of the last frame when it was gathered across pieces.
+    pub(super) owned: Bytes,
+    /// Joined data of the last event when it had several `data` lines.
+    pub(super) joined: Bytes,
+}
+
+impl State {
+    pub(super) fn new(max: usize) -> Self {
+        State {
+            max,
+            queue: VecDeque::new(),
+            pos: 0,
+            start: 0,
+            partial: BytesMut::new(),
+            line_start: 0,
+            after_cr: false,
+            bom: Some(0),
+            discard: false,
+            discard_at_line_start: true,
+            data: Data::None,
+            scratch: BytesMut::new(),
+            event: None,
+            id: None,
+            id_valid: None,
+            retry: None,
+            last_event_id: Bytes::new(),
+            initial_last_event_id: Bytes::new(),
+            reconnection_time: None,
+            owned: Bytes::new(),
+            joined: Bytes::new(),
+        }
+    }
+
+    /// Block-relative offset of `cur[i]`.
+    #[inline]
+    pub(super) fn rel(&self, i: usize) -> usize {
+        self.partial.len() + i - self.start
+    }
+
+    #[inline]
+    pub(super) fn release_owned(&mut self) {
+        if !self.owned.is_empty() {
+            self.owned = Bytes::new();
+        }
+        if !self.joined.is_empty() {
+            self.joined = Bytes::new();
+        }
+    }
+
+    /// Finds the next frame, moving to queued pieces as `cur` runs out.
+    #[inline]
+    pub(super) fn advance(&mut self, cur: &mut Bytes) -> Option<Found> {
+        self.release_owned();
+        loop {
+            if self.pos >= cur.len() {
+                if !cur.is_empty() {
+                    if let Some(f) = self.end_of_piece(cur) {
+                        return Some(f);
+                    }
+                    if self.pos < cur.len() {
+                        continue;
+                    }
+                }
+                *cur = self.queue.pop_front()?;
+                self.pos = 0;
+                self.start = 0;
+                continue;
+            }
+            if let Some(f) = self.scan(cur) {
+                return Some(f);
+            }
+        }
+    }
+
+    /// Scans `chunk` (the current piece) from `pos` until a frame is
+    /// complete or the piece is exhausted.
+    pub(super) fn scan(&mut self, chunk: &Bytes) -> Option<Found> {
+        let len = chunk.len();
+        while self.pos < len {
+            if self.after_cr {
+                self.after_cr = false;
+                if chunk[self.pos] == b'\n' {
+                    self.pos += 1;
+                    if !self.discard && self.rel(self.pos - 1) == 0 {
+                        // The CR ended the previous frame.
+                        self.start = self.pos;
+                        return Some(Found::plain(
+                            FrameKind::LineEnd,
+                            Loc::Cur(self.pos - 1, self.pos),
+                        ));
+                    }
+                    if !self.discard {
+                        self.line_start += 1;
+                    }
+                    continue;
+                }
+            }
+            if let Some(k) = self.bom {
+                // WHATWG: one leading U+FEFF is skipped. Matched bytes stay in
+                // the first block's raw bytes.
+                let k = usize::from(k);
+                if chunk[self.pos] == BOM[k] {
+                    self.pos += 1;
+                    if k + 1 == BOM.len() {
+                        self.bom = None;
+                        self.line_start = BOM.len();
+                    } else {
+                        self.bom = Some(k as u8 + 1);
+                    }
+                } else {
+                    self.bom = None;
+                }
+                continue;
+            }
+            if self.discard {
+                if let Some(f) = self.discard_step(chunk) {
+                    return Some(f);
+                }
+                continue;
+            }
+            if self.pos == self.start && self.partial.is_empty() {
+                if let Some(f) = self.single_data_line(chunk) {
+                    return Some(f);
+                }
+            }
+            // Find the end of the current line.
+            let Some(i) = find_line_end(&chunk[self.pos..]) else {
+                self.pos = len;
+                return None;
+            };
+            let t = self.pos + i;
+            let next = t + self.terminator_len(chunk, t);
+            let line_end = self.rel(t);
+            self.pos = next;
+            if line_end == self.line_start {
+                // Blank line: dispatch.
+                return Some(self.end_block(chunk, next));
+            }
+            if !self.partial.is_empty() {
+                if self.partial.len() + (next - self.start) > self.max {
+                    // The block is over the limit before its end: hand out
+                    // what is held, then forward the rest as it comes.
+                    self.discard = true;
+                    self.discard_at_line_start = true;
+                    self.reset_block();
+                    self.owned = std::mem::take(&mut self.partial).freeze();
+                    return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
+                }
+                self.partial.extend_from_slice(&chunk[self.start..next]);
+                self.start = next;
+            }
+            let line = self.line_start..line_end;
+            self.line_start = self.rel(next);
+            self.process_line(chunk, line);
+        }
+        None
+    }
+
+    /// Fast path for the common blocks (`data: <value>`, or an `event:`
+    /// line then a `data:` line), each line ended, then a blank line, lying
+    /// whole in the piece: the same event the general loop
+    /// would dispatch, without its per-line bookkeeping. Returns `None`
+    /// (consuming nothing) for anything else.
+    #[inline]
+    pub(super) fn single_data_line(&mut self, chunk: &[u8]) -> Option<Found> {
+        let start = self.pos;
+        // A line end, returning where the next line starts; a CR as the
+        // piece's last byte may still pair with an LF: leave that to the
+        // general loop.
+        let after = |i: usize| -> Option<usize> {
+            match chunk.get(i)? {
+                b'\n' => Some(i + 1),
+                _ => match chunk.get(i + 1)? {
+                    b'\n' => Some(i + 2),
+                    _ => Some(i + 1),
+                },
+            }
+        };
+        // `field:` + one optional space: where the value starts.
+        let value = |at: usize, field: &[u8]| -> Option<usize> {
+            let rest = chunk.get(at..)?;
+            if !rest.starts_with(field) {
+                return None;
+            }
+            Some(at + field.len() + usize::from(rest.get(field.len()) == Some(&b' ')))
+        };
+        // An optional `event` line (the Anthropic shape), then the data.
+        let mut at = start;
+        let mut event = None;
+        if let Some(e) = value(start, b"event:") {
+            let t = e + find_line_end(chunk.get(e..)?)?;
+            event = Some(e - start..t - start);
+            at = after(t)?;
+        }
+        let v = value(at, b"data:")?;
+        let t = v + find_line_end(chunk.get(v..)?)?;
+        let blank = after(t)?;
+        if !matches!(chunk.get(blank), Some(b'\n' | b'\r')) {
+            return None;
+        }
+        let end = after(blank)?;
+        if blank - start > self.max {
+            return None;
+        }
+        self.pos = end;
+        self.start = end;
+        Some(Found {
+            kind: FrameKind::Event,
+            raw: Loc::Cur(start, end),
+            data: Some(v - start..t - start),
+            event,
+            id: None,
+            retry: None,
+        })
+    }
+
+    /// Length of the line end at `chunk[t]` (a CR or LF); notes a CR at the
+    /// end of the piece, whose LF may come with the next one.
+    #[inline]
+    pub(super) fn terminator_len(&mut self, chunk: &[u8], t: usize) -> usize {
+        if chunk[t] == b'\r' {
+            match chunk.get(t + 1) {
+                Some(b'\n') => 2,
+                Some(_) => 1,
+                None => {
+                    self.after_cr = true;
+                    1
+                }
+            }
+        } else {
+            1
+        }
+    }
+
+    /// The current piece is exhausted: gather the current block's bytes from
+    /// it, or hand them out when the block is too large. `cur` becomes
+    /// empty, or the rest of an oversized block to hand out next.
+    pub(super) fn end_of_piece(&mut self, cur: &mut Bytes) -> Option<Found> {
+        let len = cur.len();
+        let start = self.start;
+        if self.discard {
+            // Hand out the piece's rest; it stays `cur` until the next call.
+            if start < len {
+                self.start = len;
+                return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
+            }
+            *cur = Bytes::new();
+            self.pos = 0;
+            self.start = 0;
+            return None;
+        }
+        if self.partial.len() + (len - start) > self.max {
+            // Too large to interpret: forward what we have and discard the
+            // rest of the block.
+            self.discard = true;
+            self.bom = None;
+            self.discard_at_line_start = self.partial.len() + (len - start) == self.line_start;
+            self.reset_block();
+            if self.partial.is_empty() {
+                self.start = len;
+                return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
+            }
+            // The held bytes now, the piece's rest on the next call.
+            self.owned = std::mem::take(&mut self.partial).freeze();
+            return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
+        }
+        self.partial.extend_from_slice(&cur[start..len]);
+        *cur = Bytes::new();
+        self.pos = 0;
+        self.start = 0;
+        None
+    }
+
+    /// Discard mode: forward bytes until the blank line that ends the
+    /// oversized block.
+    pub(super) fn discard_step(&mut self, chunk: &[u8]) -> Option<Found> {
+        let len = chunk.len();
+        let Some(i) = find_line_end(&chunk[self.pos..]) else {
+            self.pos = len;
+            self.discard_at_line_start = false;
+            return None;
+        };
+        let t = self.pos + i;
+        let blank = i == 0 && self.discard_at_line_start;
+        self.pos = t + self.terminator_len(chunk, t);
+        self.discard_at_line_start = true;
+        if blank {
+            self.discard = false;
+            let f = Found::plain(FrameKind::Oversized, Loc::Cur(self.start, self.pos));
+            self.start = self.pos;
+            self.line_start = 0;
+            return Some(f);
+        }
+        None
+    }
+
+    /// Bytes of the current block at block-relative `r`, which must already
+    /// be complete (gathered into `partial` when the block spans pieces).
+    pub(super) fn block_slice<'a>(&'a self, chunk: &'a [u8], r: Range<usize>) -> &'a [u8] {
+        if self.partial.is_empty() {
+            &chunk[self.start + r.start..self.start + r.end]
+        } else {
+            &self.partial[r]
+        }
+    }
+
+    /// WHATWG "process the field" for one non-blank line.
+    pub(super) fn process_line(&mut self, chunk: &[u8], line: Range<usize>) {
+        let bytes = self.block_slice(chunk, line.clone());
+        if bytes[0] == b':' {
+            return; // comment
+        }
+        let (name, value) = match memchr::memchr(b':', bytes) {
+            Some(c) => {
+                let mut v = c + 1;
+                if bytes.get(v) == Some(&b' ') {
+                    v += 1;
+                }
+                (&bytes[..c], line.start + v..line.end)
+            }
+            None => (bytes, line.end..line.end),
+        };
+        match name {
+            b"data" => match std::mem::replace(&mut self.data, Data::Many) {
+                Data::None => self.data = Data::One(value),
+                Data::One(first) => {
+                    let mut s = std::mem::take(&mut self.scratch);
+                    s.clear();
+                    s.extend_from_slice(self.block_slice(chunk, first));
+                    s.extend_from_slice(b"\n");
+                    s.extend_from_slice(self.block_slice(chunk, value));
+                    self.scratch = s;
+                }
+                Data::Many => {
+                    let mut s = std::mem::take(&mut self.scratch);
+                    s.extend_from_slice(b"\n");
+                    s.extend_from_slice(self.block_slice(chunk, value));
+                    self.scratch = s;
+                }
+            },
+            b"event" => self.event = Some(value),
+            b"id" => {
+                if memchr::memchr(0, self.block_slice(chunk, value.clone())).is_none() {
+                    self.id_valid = Some(value.clone());
+                }
+                self.id = Some(value);
+            }
+            b"retry" => {
+                let v = self.block_slice(chunk, value);
+                if !v.is_empty() && v.iter().all(u8::is_ascii_digit) {
+                    // Digits only; a value too large for u64 saturates.
+                    let n = v.iter().fold(0u64, |acc, d| {
+                        acc.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                    });
+                    self.retry = Some(n);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The blank line ending at `cur[..next]` closes the block.
+    pub(super) fn end_block(&mut self, chunk: &Bytes, next: usize) -> Found {
+        let size = self.line_start;
+        let raw = if self.partial.is_empty() {
+            Loc::Cur(self.start, next)
+        } else {
+            self.partial.extend_from_slice(&chunk[self.start..next]);
+            self.owned = self.partial.split().freeze();
+            Loc::Owned
+        };
+        let block_start = self.start;
+        self.start = next;
+        self.line_start = 0;
+        if size > self.max {
+            self.reset_block();
+            return Found::plain(FrameKind::Oversized, raw);
+        }
+        if let Some(r) = self.id_valid.take() {
+            self.last_event_id = match raw {
+                Loc::Cur(..) => chunk.slice(block_start + r.start..block_start + r.end),
+                Loc::Owned => self.owned.slice(r),
+            };
+        }
+        if let Some(n) = self.retry {
+            self.reconnection_time = Some(n);
+        }
+        let data = match std::mem::replace(&mut self.data, Data::None) {
+            Data::None => {
+                self.reset_block();
+                return Found::plain(FrameKind::Skipped, raw);
+            }
+            Data::One(r) => Some(r),
+            Data::Many => {
+                self.joined = self.scratch.split().freeze();
+                None
+            }
+        };
+        Found {
+            kind: FrameKind::Event,
+            raw,
+            data,
+            event: self.event.take(),
+            id: self.id.take(),
+            retry: self.retry.take(),
+        }
+    }
+
+    pub(super) fn reset_block(&mut self) {
+        self.data = Data::None;
+        self.event = None;
+        self.id = None;
+        self.id_valid = None;
+        self.retry = None;
+    }
+}
+
+/// Index of the first CR or LF: a plain loop for short inputs (where a
+/// `memchr2` call costs more than it saves), `memchr2` otherwise.
+#[inline]
+pub(super) fn find_line_end(b: &[u8]) -> Option<usize> {
+    if b.len() <= 16 {
+        return b.iter().position(|&c| c == b'\n' || c == b'\r');
+    }
+    memchr::memchr2(b'\n', b'\r', b)
+}
