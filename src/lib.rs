@@ -109,7 +109,6 @@
 //!
 //! # Crate features
 //!
-//! * `cli` (default): the `citestream` binary (`events`, `rewrite`).
 //! * `stream`: `citestream::stream`, `futures_core::Stream` adapters.
 //! * `redis`: `quota::RedisStore`, the daily quota shared by gateway
 //!   replicas through Redis.

@@ -176,39 +176,46 @@ impl Scanner {
         self.prev_backslash = b == b'\\';
     }
 
-    pub(super) fn step(&mut self, b: u8) {
-        match self.line {
-            Line::Start { spaces, eligible } => match b {
-                b' ' => {
-                    self.line = if eligible && spaces < 3 {
-                        Line::Start {
-                            spaces: spaces + 1,
-                            eligible,
-                        }
-                    } else {
-                        Line::Start {
-                            spaces,
-                            eligible: false,
-                        }
+    /// One character at the start of a line (up to three spaces of
+    /// indentation, then maybe a fence's leading run).
+    #[inline]
+    fn start_step(&mut self, b: u8, spaces: u8, eligible: bool) {
+        match b {
+            b' ' => {
+                self.line = if eligible && spaces < 3 {
+                    Line::Start {
+                        spaces: spaces + 1,
+                        eligible,
                     }
-                }
-                b'\t' | b'\r' => {
-                    self.line = Line::Start {
+                } else {
+                    Line::Start {
                         spaces,
                         eligible: false,
                     }
                 }
-                b'\n' => {
-                    // A blank line ends the paragraph.
-                    self.end_paragraph();
-                    self.line = LINE_START;
+            }
+            b'\t' | b'\r' => {
+                self.line = Line::Start {
+                    spaces,
+                    eligible: false,
                 }
-                b'`' | b'~' if eligible => self.line = Line::Lead { ch: b, len: 1 },
-                _ => {
-                    self.line = Line::Text;
-                    self.text(b);
-                }
-            },
+            }
+            b'\n' => {
+                // A blank line ends the paragraph.
+                self.end_paragraph();
+                self.line = LINE_START;
+            }
+            b'`' | b'~' if eligible => self.line = Line::Lead { ch: b, len: 1 },
+            _ => {
+                self.line = Line::Text;
+                self.text(b);
+            }
+        }
+    }
+
+    pub(super) fn step(&mut self, b: u8) {
+        match self.line {
+            Line::Start { spaces, eligible } => self.start_step(b, spaces, eligible),
             Line::Lead { ch, len } => {
                 if b == ch {
                     self.line = Line::Lead {

@@ -1,11 +1,12 @@
 //! Putting numbered sources in front of the model.
 
 use std::fmt;
+use std::ops::Range;
 
 use crate::sources::{Source, Sources};
 
 use super::{Endpoint, RequestError};
-use crate::json::{self, push_json_str};
+use crate::json::{self, Field, push_json_str};
 
 /// Where [`inject`] puts the sources block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -196,102 +197,94 @@ pub fn inject(
     push_json_str(&mut lit, &render_sources(&options.template, sources));
     let block_part = format!("{{\"type\":\"text\",\"text\":{lit}}}");
 
-    // (range to replace, replacement); an empty range inserts.
-    let edit: (std::ops::Range<usize>, String);
     let msgs = super::messages(b, &ms);
-
     let user = match (options.placement, &msgs) {
         (Placement::UserMessage, Some((_, list))) => super::last_user(b, list).map(|i| &list[i]),
         _ => None,
     };
-
-    if let Some((mrange, mm)) = user {
-        edit = match json::find(b, mm, "content") {
-            Some(c) => {
-                let v = c.value();
-                match b.get(v.start) {
-                    Some(b'"') => {
-                        let orig = String::from_utf8_lossy(&b[v.clone()]);
-                        (
-                            v,
-                            format!("[{block_part},{{\"type\":\"text\",\"text\":{orig}}}]"),
-                        )
-                    }
-                    Some(b'[') => {
-                        let empty = json::elements(b, v.start).is_none_or(|e| e.is_empty());
-                        let at = v.start + 1;
-                        (
-                            at..at,
-                            if empty {
-                                block_part
-                            } else {
-                                format!("{block_part},")
-                            },
-                        )
-                    }
-                    _ => (v, format!("[{block_part}]")),
-                }
-            }
-            None => {
-                let at = mrange.start + 1;
-                let sep = if mm.is_empty() { "" } else { "," };
-                (at..at, format!("\"content\":[{block_part}]{sep}"))
-            }
-        };
-    } else {
-        match endpoint {
-            Endpoint::ChatCompletions => {
-                let Some((arr, list)) = &msgs else {
-                    return Err(InjectError::NoMessages);
-                };
-                let at = arr.start + 1;
-                let sep = if list.is_empty() && arr_is_empty(b, arr.start) {
-                    ""
-                } else {
-                    ","
-                };
-                edit = (
-                    at..at,
-                    format!("{{\"role\":\"system\",\"content\":{lit}}}{sep}"),
-                );
-            }
-            Endpoint::Messages => {
-                edit = match json::find(b, &ms, "system") {
-                    Some(s) => {
-                        let v = s.value();
-                        match b.get(v.start) {
-                            Some(b'"') => {
-                                let orig = String::from_utf8_lossy(&b[v.clone()]);
-                                (
-                                    v,
-                                    format!("[{{\"type\":\"text\",\"text\":{orig}}},{block_part}]"),
-                                )
-                            }
-                            Some(b'[') => {
-                                let at = v.end - 1;
-                                let sep = if arr_is_empty(b, v.start) { "" } else { "," };
-                                (at..at, format!("{sep}{block_part}"))
-                            }
-                            _ => (v, lit),
-                        }
-                    }
-                    None => {
-                        let end = json::skip_valid(b, start).unwrap_or(b.len());
-                        let at = end.saturating_sub(1);
-                        let sep = if ms.is_empty() { "" } else { "," };
-                        (at..at, format!("{sep}\"system\":{lit}"))
-                    }
-                };
-            }
+    let (r, text) = match (user, endpoint) {
+        (Some((mrange, mm)), _) => user_edit(b, mrange, mm, block_part),
+        (None, Endpoint::ChatCompletions) => {
+            let Some((arr, list)) = &msgs else {
+                return Err(InjectError::NoMessages);
+            };
+            let at = arr.start + 1;
+            let sep = if list.is_empty() && arr_is_empty(b, arr.start) {
+                ""
+            } else {
+                ","
+            };
+            let message = format!("{{\"role\":\"system\",\"content\":{lit}}}{sep}");
+            (at..at, message)
         }
-    }
-
-    let (r, text) = edit;
+        (None, Endpoint::Messages) => messages_system_edit(b, start, &ms, lit, block_part),
+    };
     let mut out = Vec::with_capacity(b.len() + text.len());
     out.extend_from_slice(&b[..r.start]);
     out.extend_from_slice(text.as_bytes());
     out.extend_from_slice(&b[r.end..]);
     Ok(out)
+}
+
+/// An edit of a body: the range to replace and its replacement (an empty
+/// range inserts).
+type Edit = (Range<usize>, String);
+
+/// The block as the first part of the user message `mm` (at `mrange`).
+fn user_edit(b: &[u8], mrange: &Range<usize>, mm: &[Field], block_part: String) -> Edit {
+    let Some(c) = json::find(b, mm, "content") else {
+        let at = mrange.start + 1;
+        let sep = if mm.is_empty() { "" } else { "," };
+        return (at..at, format!("\"content\":[{block_part}]{sep}"));
+    };
+    let v = c.value();
+    match b.get(v.start) {
+        Some(b'"') => {
+            let orig = String::from_utf8_lossy(&b[v.clone()]);
+            let parts = format!("[{block_part},{{\"type\":\"text\",\"text\":{orig}}}]");
+            (v, parts)
+        }
+        Some(b'[') => {
+            let at = v.start + 1;
+            if arr_is_empty(b, v.start) {
+                (at..at, block_part)
+            } else {
+                (at..at, format!("{block_part},"))
+            }
+        }
+        _ => (v, format!("[{block_part}]")),
+    }
+}
+
+/// The block appended to a Messages body's `system` (members `ms` of the
+/// object at `start`).
+fn messages_system_edit(
+    b: &[u8],
+    start: usize,
+    ms: &[Field],
+    lit: String,
+    block_part: String,
+) -> Edit {
+    let Some(s) = json::find(b, ms, "system") else {
+        let end = json::skip_valid(b, start).unwrap_or(b.len());
+        let at = end.saturating_sub(1);
+        let sep = if ms.is_empty() { "" } else { "," };
+        return (at..at, format!("{sep}\"system\":{lit}"));
+    };
+    let v = s.value();
+    match b.get(v.start) {
+        Some(b'"') => {
+            let orig = String::from_utf8_lossy(&b[v.clone()]);
+            let parts = format!("[{{\"type\":\"text\",\"text\":{orig}}},{block_part}]");
+            (v, parts)
+        }
+        Some(b'[') => {
+            let at = v.end - 1;
+            let sep = if arr_is_empty(b, v.start) { "" } else { "," };
+            (at..at, format!("{sep}{block_part}"))
+        }
+        _ => (v, lit),
+    }
 }
 
 fn arr_is_empty(b: &[u8], at: usize) -> bool {

@@ -8,10 +8,12 @@
 //! (any further ones), never duplicated; every other byte of the object
 //! stays where it was.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 
 use crate::cite::Marker;
-use crate::json::{self, Field, Member, Splice};
+use crate::json::{self, Field, Invalid, Member, Splice};
 use crate::sources::Sources;
 use crate::sse::{self, Event};
 
@@ -155,4 +157,37 @@ pub(crate) fn cited_set<'m>(
         }
     }
     cited
+}
+
+/// A whole body through `rewrite` (which returns `Ok(None)` for a body it
+/// leaves alone): borrowed unless changed; unchanged when there are no
+/// sources or the body is not valid JSON.
+pub(crate) fn whole_body<'a>(
+    body: &'a [u8],
+    sources: &Sources,
+    rewrite: impl FnOnce(&[u8]) -> Result<Option<Vec<u8>>, Invalid>,
+) -> Cow<'a, [u8]> {
+    if sources.is_empty() {
+        return Cow::Borrowed(body);
+    }
+    match rewrite(body) {
+        Ok(Some(v)) => Cow::Owned(v),
+        Ok(None) | Err(Invalid) => Cow::Borrowed(body),
+    }
+}
+
+/// Applies `sp` and the top-level additions to the whole body `b` whose
+/// top-level object closes at `top.0` (`top.1`: it has members).
+pub(crate) fn finish_body(
+    b: &[u8],
+    top: (usize, bool),
+    existing: &Existing,
+    (sources, opts): (&Sources, &RewriteOptions),
+    cited: &[bool],
+    mut sp: Splice,
+) -> Vec<u8> {
+    add_top_level(b, top, existing, sources, opts, cited, &mut sp);
+    let mut out = Vec::with_capacity(b.len() + 1024);
+    sp.apply(b, &mut out);
+    out
 }

@@ -24,7 +24,9 @@ use std::sync::Arc;
 use crate::cite::MarkerTracker;
 use crate::json::{self, Invalid, ObjectWalker, Splice};
 use crate::rewrite::RewriteOptions;
-use crate::rewrite::additions::{Existing, add_top_level, cited_set, splice_event};
+use crate::rewrite::additions::{
+    Existing, add_top_level, cited_set, finish_body, splice_event, whole_body,
+};
 use crate::rewrite::driver::{Handler, Out, SseRewriter};
 use crate::sources::Sources;
 use crate::sse::{Frame, FrameKind, FrameRef, Parser};
@@ -260,13 +262,7 @@ fn track_text_delta(d: &[u8], t: &mut MarkerTracker) {
 /// Never panics, on any input.
 #[must_use]
 pub fn rewrite_body<'a>(body: &'a [u8], sources: &Sources, opts: &RewriteOptions) -> Cow<'a, [u8]> {
-    if sources.is_empty() {
-        return Cow::Borrowed(body);
-    }
-    match body_inner(body, sources, opts) {
-        Ok(Some(v)) => Cow::Owned(v),
-        Ok(None) | Err(Invalid) => Cow::Borrowed(body),
-    }
+    whole_body(body, sources, |b| body_inner(b, sources, opts))
 }
 
 fn body_inner(
@@ -294,18 +290,8 @@ fn body_inner(
     }
     tracker.finish();
     let cited = cited_set(sources, tracker.markers());
-    let mut sp = Splice::new();
-    add_top_level(
-        b,
-        (close, w.has_members()),
-        &existing,
-        sources,
-        opts,
-        &cited,
-        &mut sp,
-    );
-    let mut out = Vec::with_capacity(b.len() + 1024);
-    sp.apply(b, &mut out);
+    let top = (close, w.has_members());
+    let out = finish_body(b, top, &existing, (sources, opts), &cited, Splice::new());
     Ok(Some(out))
 }
 

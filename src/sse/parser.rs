@@ -331,6 +331,21 @@ impl Parser {
 mod tests {
     use super::*;
 
+    /// (type, data, last event id) of each event.
+    fn fields(frames: &[Frame]) -> Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+        frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Event(e) => Some((
+                    e.event_type().to_vec(),
+                    e.data().to_vec(),
+                    e.last_event_id().to_vec(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn parse_all(input: &[u8], pieces: &[usize]) -> (Vec<Frame>, Option<Bytes>) {
         let mut p = Parser::new();
         let mut frames = Vec::new();
@@ -388,35 +403,7 @@ mod tests {
             for j in i..=input.len() {
                 let (frames, tail) = parse_all(input, &[i, j - i]);
                 assert_eq!(concat(&frames, &tail), input, "split {i} {j}");
-                let evs: Vec<_> = frames
-                    .iter()
-                    .filter_map(|f| match f {
-                        Frame::Event(e) => Some(e.clone()),
-                        _ => None,
-                    })
-                    .map(|e| {
-                        (
-                            e.event_type().to_vec(),
-                            e.data().to_vec(),
-                            e.last_event_id().to_vec(),
-                        )
-                    })
-                    .collect();
-                let want: Vec<_> = whole
-                    .iter()
-                    .filter_map(|f| match f {
-                        Frame::Event(e) => Some(e.clone()),
-                        _ => None,
-                    })
-                    .map(|e| {
-                        (
-                            e.event_type().to_vec(),
-                            e.data().to_vec(),
-                            e.last_event_id().to_vec(),
-                        )
-                    })
-                    .collect();
-                assert_eq!(evs, want, "split {i} {j}");
+                assert_eq!(fields(&frames), fields(&whole), "split {i} {j}");
                 assert_eq!(tail, whole_tail);
             }
         }

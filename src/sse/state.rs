@@ -145,6 +145,25 @@ impl State {
         }
     }
 
+    /// WHATWG: one leading U+FEFF is skipped. `c` is the next byte, `k`
+    /// the number of BOM bytes matched so far; matched bytes stay in the
+    /// first block's raw bytes.
+    #[inline]
+    fn bom_step(&mut self, c: u8, k: u8) {
+        let k = usize::from(k);
+        if c == BOM[k] {
+            self.pos += 1;
+            if k + 1 == BOM.len() {
+                self.bom = None;
+                self.line_start = BOM.len();
+            } else {
+                self.bom = Some(k as u8 + 1);
+            }
+        } else {
+            self.bom = None;
+        }
+    }
+
     /// Scans `chunk` (the current piece) from `pos` until a frame is
     /// complete or the piece is exhausted.
     pub(super) fn scan(&mut self, chunk: &Bytes) -> Option<Found> {
@@ -169,20 +188,7 @@ impl State {
                 }
             }
             if let Some(k) = self.bom {
-                // WHATWG: one leading U+FEFF is skipped. Matched bytes stay in
-                // the first block's raw bytes.
-                let k = usize::from(k);
-                if chunk[self.pos] == BOM[k] {
-                    self.pos += 1;
-                    if k + 1 == BOM.len() {
-                        self.bom = None;
-                        self.line_start = BOM.len();
-                    } else {
-                        self.bom = Some(k as u8 + 1);
-                    }
-                } else {
-                    self.bom = None;
-                }
+                self.bom_step(chunk[self.pos], k);
                 continue;
             }
             if self.discard {

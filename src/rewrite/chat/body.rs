@@ -6,10 +6,10 @@
 
 use std::borrow::Cow;
 
-use crate::cite::MarkerTracker;
+use crate::cite::{Marker, MarkerTracker};
 use crate::json::{self, ArrayWalker, Field, Invalid, ObjectWalker, Splice};
 use crate::rewrite::RewriteOptions;
-use crate::rewrite::additions::{Existing, add_top_level, push_annotations};
+use crate::rewrite::additions::{Existing, finish_body, push_annotations, whole_body};
 use crate::sources::Sources;
 
 /// Rewrites a whole (non-streamed) `chat.completion` body.
@@ -34,13 +34,7 @@ use crate::sources::Sources;
 /// Never panics, on any input.
 #[must_use]
 pub fn rewrite_body<'a>(body: &'a [u8], sources: &Sources, opts: &RewriteOptions) -> Cow<'a, [u8]> {
-    if sources.is_empty() {
-        return Cow::Borrowed(body);
-    }
-    match rewrite_body_inner(body, sources, opts) {
-        Ok(Some(v)) => Cow::Owned(v),
-        Ok(None) | Err(Invalid) => Cow::Borrowed(body),
-    }
+    whole_body(body, sources, |b| rewrite_body_inner(b, sources, opts))
 }
 
 fn rewrite_body_inner(
@@ -50,22 +44,19 @@ fn rewrite_body_inner(
 ) -> Result<Option<Vec<u8>>, Invalid> {
     let start = json::skip_ws(b, 0);
     let mut w = ObjectWalker::new(b, start, 0)?;
-    let mut sp = Splice::new();
+    let mut st = Body {
+        b,
+        sources,
+        opts,
+        sp: Splice::new(),
+        cited: vec![false; sources.len() + 1],
+    };
     let mut existing = Existing::default();
     let mut saw_choices = false;
-    let mut cited = vec![false; sources.len() + 1];
     while let Some(m) = w.next_member()? {
         if m.key_is(b, "choices") && b[m.value_start] == b'[' {
             saw_choices = true;
-            let end = body_choices(
-                b,
-                m.value_start,
-                w.depth(),
-                sources,
-                opts,
-                &mut sp,
-                &mut cited,
-            )?;
+            let end = st.choices(m.value_start, w.depth())?;
             w.value_end(end);
             continue;
         }
@@ -76,99 +67,113 @@ fn rewrite_body_inner(
     if json::skip_ws(b, close + 1) != b.len() || !saw_choices {
         return Ok(None);
     }
-    add_top_level(
-        b,
-        (close, w.has_members()),
-        &existing,
-        sources,
-        opts,
-        &cited,
-        &mut sp,
-    );
-    let mut out = Vec::with_capacity(b.len() + 1024);
-    sp.apply(b, &mut out);
+    let top = (close, w.has_members());
+    let out = finish_body(b, top, &existing, (sources, opts), &st.cited, st.sp);
     Ok(Some(out))
 }
 
-fn body_choices(
-    b: &[u8],
-    at: usize,
-    depth: u32,
-    sources: &Sources,
-    opts: &RewriteOptions,
-    sp: &mut Splice,
-    cited: &mut [bool],
-) -> Result<usize, Invalid> {
-    let mut a = ArrayWalker::new(b, at, depth)?;
-    while let Some(el) = a.next_element()? {
-        if b[el] != b'{' {
-            a.skip_value()?;
-            continue;
-        }
-        let mut w = ObjectWalker::new(b, el, a.depth())?;
-        while let Some(m) = w.next_member()? {
-            if !(m.key_is(b, "message") && b[m.value_start] == b'{') {
-                w.skip_value()?;
+/// The body being rewritten and what the rewrite has gathered.
+struct Body<'a> {
+    b: &'a [u8],
+    sources: &'a Sources,
+    opts: &'a RewriteOptions,
+    sp: Splice,
+    /// Source numbers cited by any choice.
+    cited: Vec<bool>,
+}
+
+impl Body<'_> {
+    /// The `choices` array at `b[at]`; returns its end.
+    fn choices(&mut self, at: usize, depth: u32) -> Result<usize, Invalid> {
+        let b = self.b;
+        let mut a = ArrayWalker::new(b, at, depth)?;
+        while let Some(el) = a.next_element()? {
+            if b[el] != b'{' {
+                a.skip_value()?;
                 continue;
             }
-            let mut mw = ObjectWalker::new(b, m.value_start, w.depth())?;
-            let mut tracker = MarkerTracker::new(sources.len() as u32, opts.offsets);
-            let mut annotations: Option<Field> = None;
-            // With duplicate keys the last one counts (as in serde_json and
-            // the streaming path).
-            let mut content = None;
-            while let Some(mm) = mw.next_member()? {
-                let end = mw.skip_value()?;
-                if mm.key_is(b, "content") {
-                    content = (b[mm.value_start] == b'"').then(|| mm.value_start + 1..end - 1);
-                } else if mm.key_is(b, "annotations") {
-                    annotations = Some(Field { member: mm, end });
+            let mut w = ObjectWalker::new(b, el, a.depth())?;
+            while let Some(m) = w.next_member()? {
+                if !(m.key_is(b, "message") && b[m.value_start] == b'{') {
+                    w.skip_value()?;
+                    continue;
                 }
+                let end = self.message(m.value_start, w.depth())?;
+                w.value_end(end);
             }
-            if let Some(r) = content {
-                tracker.push_json(&b[r]);
-            }
-            tracker.finish();
-            let markers = tracker.take_markers();
-            for mk in &markers {
-                if let Some(x) = cited.get_mut(mk.number as usize) {
-                    *x = true;
-                }
-            }
-            if opts.dialect.sources {
-                let mut ours = Vec::new();
-                push_annotations(&mut ours, sources, &markers);
-                match annotations {
-                    Some(f) if b[f.member.value_start] == b'[' => {
-                        // Append ours inside the upstream array.
-                        if !markers.is_empty() {
-                            let inner = &ours[1..ours.len() - 1];
-                            let close = json::insert_point(b, f.end - 1);
-                            let empty = close == f.member.value_start + 1;
-                            let mut ins = Vec::with_capacity(inner.len() + 1);
-                            if !empty {
-                                ins.push(b',');
-                            }
-                            ins.extend_from_slice(inner);
-                            sp.replace(close..close, ins);
-                        }
-                    }
-                    Some(f) => sp.replace(f.value(), ours),
-                    None => {
-                        let close = json::insert_point(b, mw.close());
-                        let mut ins = Vec::with_capacity(ours.len() + 16);
-                        if mw.has_members() {
-                            ins.push(b',');
-                        }
-                        ins.extend_from_slice(b"\"annotations\":");
-                        ins.extend_from_slice(&ours);
-                        sp.replace(close..close, ins);
-                    }
-                }
-            }
-            w.value_end(mw.close() + 1);
+            a.value_end(w.close() + 1);
         }
-        a.value_end(w.close() + 1);
+        Ok(a.close() + 1)
     }
-    Ok(a.close() + 1)
+
+    /// One `choices[i].message` object (at `b[at]`): its content's markers
+    /// counted in `cited`, its `annotations` spliced in; returns its end.
+    fn message(&mut self, at: usize, depth: u32) -> Result<usize, Invalid> {
+        let b = self.b;
+        let mut mw = ObjectWalker::new(b, at, depth)?;
+        let mut tracker = MarkerTracker::new(self.sources.len() as u32, self.opts.offsets);
+        let mut annotations: Option<Field> = None;
+        // With duplicate keys the last one counts (as in serde_json and the
+        // streaming path).
+        let mut content = None;
+        while let Some(mm) = mw.next_member()? {
+            let end = mw.skip_value()?;
+            if mm.key_is(b, "content") {
+                content = (b[mm.value_start] == b'"').then(|| mm.value_start + 1..end - 1);
+            } else if mm.key_is(b, "annotations") {
+                annotations = Some(Field { member: mm, end });
+            }
+        }
+        if let Some(r) = content {
+            tracker.push_json(&b[r]);
+        }
+        tracker.finish();
+        let markers = tracker.take_markers();
+        for mk in &markers {
+            if let Some(x) = self.cited.get_mut(mk.number as usize) {
+                *x = true;
+            }
+        }
+        if self.opts.dialect.sources {
+            let close = (mw.close(), mw.has_members());
+            self.annotations(&markers, annotations, close);
+        }
+        Ok(mw.close() + 1)
+    }
+
+    /// Splices `markers`' annotations into a message: appended inside an
+    /// upstream `annotations` array, replacing any other upstream value, or
+    /// as a new member before the message's closing brace `close.0`
+    /// (`close.1`: the message has members).
+    fn annotations(&mut self, markers: &[Marker], upstream: Option<Field>, close: (usize, bool)) {
+        let b = self.b;
+        let mut ours = Vec::new();
+        push_annotations(&mut ours, self.sources, markers);
+        match upstream {
+            Some(f) if b[f.member.value_start] == b'[' => {
+                if !markers.is_empty() {
+                    let inner = &ours[1..ours.len() - 1];
+                    let at = json::insert_point(b, f.end - 1);
+                    let empty = at == f.member.value_start + 1;
+                    let mut ins = Vec::with_capacity(inner.len() + 1);
+                    if !empty {
+                        ins.push(b',');
+                    }
+                    ins.extend_from_slice(inner);
+                    self.sp.replace(at..at, ins);
+                }
+            }
+            Some(f) => self.sp.replace(f.value(), ours),
+            None => {
+                let at = json::insert_point(b, close.0);
+                let mut ins = Vec::with_capacity(ours.len() + 16);
+                if close.1 {
+                    ins.push(b',');
+                }
+                ins.extend_from_slice(b"\"annotations\":");
+                ins.extend_from_slice(&ours);
+                self.sp.replace(at..at, ins);
+            }
+        }
+    }
 }

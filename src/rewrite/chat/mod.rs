@@ -326,22 +326,7 @@ impl ChatHandler {
     /// The cold path: at least one choice finishes in this chunk.
     fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
         let d = e.data();
-        // Which choices finish here (first finish only), and their markers.
-        let mut ending: Vec<(usize, u32)> = Vec::new();
-        for (k, c) in scans.iter().enumerate() {
-            let Some(idx) = c.index else { continue };
-            if c.finish.is_none() || ending.iter().any(|&(_, i)| i == idx) {
-                continue;
-            }
-            let Some(st) = self.choice(idx) else { continue };
-            if st.finished {
-                continue;
-            }
-            st.finished = true;
-            st.tracker.finish();
-            st.markers = st.tracker.take_markers();
-            ending.push((k, idx));
-        }
+        let ending = self.end_choices(scans);
         self.finished += ending.len() as u32;
         let envelope = envelope_members(d, scan);
         self.last_envelope.clone_from(&envelope);
@@ -360,64 +345,16 @@ impl ChatHandler {
 
         let mut pieces: Vec<Bytes> = Vec::new();
         if split {
-            // 1. The content part: finish_reason null, usage moved to the end.
-            let mut sp = Splice::new();
-            for &(k, _) in &ending {
-                if let Some(f) = &scans[k].finish {
-                    sp.replace(f.clone(), &b"null"[..]);
-                }
-            }
-            if let Some(u) = &scan.usage {
-                sp.replace(json::removal_span(d, &u.member, u.end), Vec::new());
-            }
-            let mut data = Vec::with_capacity(d.len());
-            sp.apply(d, &mut data);
-            pieces.push(reframe(e, &data));
+            pieces.push(content_part(e, scan, scans, &ending));
         }
         for &(_, idx) in &with_markers {
-            let mut data = Vec::with_capacity(256);
-            data.push(b'{');
-            data.extend_from_slice(&envelope);
-            if !envelope.is_empty() {
-                data.push(b',');
-            }
-            data.extend_from_slice(b"\"choices\":[{\"index\":");
-            data.extend_from_slice(idx.to_string().as_bytes());
-            data.extend_from_slice(b",\"delta\":{\"annotations\":");
-            push_annotations(
-                &mut data,
-                &self.sources,
-                &self.choices[idx as usize].markers,
-            );
-            data.extend_from_slice(b"},\"finish_reason\":null}]}");
-            let mut ev = Vec::with_capacity(data.len() + 8);
-            sse::write_event(&mut ev, None, None, None, &data);
-            pieces.push(Bytes::from(ev));
+            pieces.push(self.annotations_chunk(&envelope, idx));
         }
         // The finish chunk itself.
         let mut sp = Splice::new();
         if split {
-            // Keep only the finishing choices, each with an empty delta.
-            let mut arr = Vec::from(&b"["[..]);
-            for (n, &(k, _)) in ending.iter().enumerate() {
-                let c = &scans[k];
-                if n > 0 {
-                    arr.push(b',');
-                }
-                // Edits relative to the element's own bytes.
-                let base = c.span.start;
-                let mut csp = Splice::new();
-                if let Some(r) = &c.delta {
-                    csp.replace(r.start - base..r.end - base, &b"{}"[..]);
-                }
-                if let Some(r) = &c.logprobs {
-                    csp.replace(r.start - base..r.end - base, &b"null"[..]);
-                }
-                csp.apply(&d[c.span.clone()], &mut arr);
-            }
-            arr.push(b']');
             if let Some(r) = &scan.choices {
-                sp.replace(r.clone(), arr);
+                sp.replace(r.clone(), finishing_choices(d, scans, &ending));
             }
         }
         if top {
@@ -450,6 +387,50 @@ impl ChatHandler {
         for p in pieces {
             self.out.push(p);
         }
+    }
+
+    /// Marks the choices that finish in this chunk (first finish only) as
+    /// finished and takes their markers; returns (position in `scans`,
+    /// index) of each.
+    fn end_choices(&mut self, scans: &[ChoiceScan]) -> Vec<(usize, u32)> {
+        let mut ending: Vec<(usize, u32)> = Vec::new();
+        for (k, c) in scans.iter().enumerate() {
+            let Some(idx) = c.index else { continue };
+            if c.finish.is_none() || ending.iter().any(|&(_, i)| i == idx) {
+                continue;
+            }
+            let Some(st) = self.choice(idx) else { continue };
+            if st.finished {
+                continue;
+            }
+            st.finished = true;
+            st.tracker.finish();
+            st.markers = st.tracker.take_markers();
+            ending.push((k, idx));
+        }
+        ending
+    }
+
+    /// The synthesized chunk carrying choice `idx`'s annotations.
+    fn annotations_chunk(&self, envelope: &[u8], idx: u32) -> Bytes {
+        let mut data = Vec::with_capacity(256);
+        data.push(b'{');
+        data.extend_from_slice(envelope);
+        if !envelope.is_empty() {
+            data.push(b',');
+        }
+        data.extend_from_slice(b"\"choices\":[{\"index\":");
+        data.extend_from_slice(idx.to_string().as_bytes());
+        data.extend_from_slice(b",\"delta\":{\"annotations\":");
+        push_annotations(
+            &mut data,
+            &self.sources,
+            &self.choices[idx as usize].markers,
+        );
+        data.extend_from_slice(b"},\"finish_reason\":null}]}");
+        let mut ev = Vec::with_capacity(data.len() + 8);
+        sse::write_event(&mut ev, None, None, None, &data);
+        Bytes::from(ev)
     }
 
     /// Numbers cited by any finished choice, indexed by number.
@@ -488,6 +469,53 @@ impl ChatHandler {
         sse::write_event(&mut ev, None, None, None, &data);
         self.out.push(Bytes::from(ev));
     }
+}
+
+/// The content part of a finish chunk that is split: `finish_reason: null`
+/// for the `ending` choices, `usage` moved to the finish chunk.
+fn content_part(
+    e: &Event,
+    scan: &ChunkScan,
+    scans: &[ChoiceScan],
+    ending: &[(usize, u32)],
+) -> Bytes {
+    let d = e.data();
+    let mut sp = Splice::new();
+    for &(k, _) in ending {
+        if let Some(f) = &scans[k].finish {
+            sp.replace(f.clone(), &b"null"[..]);
+        }
+    }
+    if let Some(u) = &scan.usage {
+        sp.replace(json::removal_span(d, &u.member, u.end), Vec::new());
+    }
+    let mut data = Vec::with_capacity(d.len());
+    sp.apply(d, &mut data);
+    reframe(e, &data)
+}
+
+/// The `choices` array of a split finish chunk: only the `ending` choices,
+/// each with an empty `delta` (and `logprobs: null`).
+fn finishing_choices(d: &[u8], scans: &[ChoiceScan], ending: &[(usize, u32)]) -> Vec<u8> {
+    let mut arr = Vec::from(&b"["[..]);
+    for (n, &(k, _)) in ending.iter().enumerate() {
+        let c = &scans[k];
+        if n > 0 {
+            arr.push(b',');
+        }
+        // Edits relative to the element's own bytes.
+        let base = c.span.start;
+        let mut csp = Splice::new();
+        if let Some(r) = &c.delta {
+            csp.replace(r.start - base..r.end - base, &b"{}"[..]);
+        }
+        if let Some(r) = &c.logprobs {
+            csp.replace(r.start - base..r.end - base, &b"null"[..]);
+        }
+        csp.apply(&d[c.span.clone()], &mut arr);
+    }
+    arr.push(b']');
+    arr
 }
 
 /// `"id":…,"object":…,…` from the chunk's envelope members present.
