@@ -1,0 +1,3 @@
+//! The built-in demo upstream model (SPEC section 12, "Demo upstream").
+//!
+//! SKELETON: being built.
