@@ -1,10 +1,11 @@
 """pytest fixtures shared by every end-to-end test (gateway, Envoy, LiteLLM).
 
-* `replay`: the loopback replay upstream (harness/replay.py), one per
-  session, its log cleared before each test.
+* `replay_server`: the loopback replay upstream (harness/replay.py), one per
+  session; `replay`: the same, its log cleared before the test.
 * `serve`: a factory `serve(config, env=None, args=None) -> Serve` that starts
   `citestream serve`; every process it started is stopped at teardown, and
   the output of each is attached to a failing test's report.
+  `serve_module`: the same, for processes shared by a module.
 * `redis_server`: a real `redis-server` on a free port for one test.
 * `tmp_json`: writes an object as JSON into the test's tmp dir, returns the path.
 * `ROOT`, `FIXTURES`: repository paths.
@@ -35,35 +36,52 @@ def pytest_sessionstart(session):
 
 
 @pytest.fixture(scope="session")
-def _replay_session():
+def replay_server():
     server = ReplayServer().start()
     yield server
     server.stop()
 
 
 @pytest.fixture
-def replay(_replay_session):
-    _replay_session.clear()
-    _replay_session.default = None
-    yield _replay_session
+def replay(replay_server):
+    replay_server.clear()
+    replay_server.default = None
+    yield replay_server
+
+
+class ServeFactory:
+    """Starts `citestream serve` processes and stops them all at `close()`."""
+
+    def __init__(self):
+        self.started: list[Serve] = []
+
+    def __call__(self, config, env=None, args=None, timeout=30.0) -> Serve:
+        s = Serve.start(config, env=env, args=args, timeout=timeout)
+        self.started.append(s)
+        return s
+
+    def close(self, failed: bool) -> None:
+        for s in self.started:
+            s.stop()
+        if failed:
+            for i, s in enumerate(self.started):
+                print(f"\n===== citestream serve #{i} output =====\n{s.output()[-20000:]}")
 
 
 @pytest.fixture
 def serve(request):
-    started: list[Serve] = []
-
-    def start(config, env=None, args=None, timeout=30.0) -> Serve:
-        s = Serve.start(config, env=env, args=args, timeout=timeout)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
+    factory = ServeFactory()
+    yield factory
     rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        for i, s in enumerate(started):
-            print(f"\n===== citestream serve #{i} output =====\n{s.output()[-20000:]}")
+    factory.close(rep is not None and rep.failed)
+
+
+@pytest.fixture(scope="module")
+def serve_module(request):
+    """Like `serve`, for processes shared by a module's tests."""
+    factory = ServeFactory()
+    yield factory
+    factory.close(request.session.testsfailed > 0)
 
 
 @pytest.hookimpl(hookwrapper=True)
