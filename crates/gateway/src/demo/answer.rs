@@ -6,10 +6,11 @@
 //!   lowercased, without one-letter runs and a short English stop-word list
 //!   ([`STOP_WORDS`]); a trailing `s` is dropped from terms longer than 3
 //!   letters (not from `…ss`), so "forecasts" meets "forecast".
-//! * Each source's text is cleaned (whitespace runs become one space,
-//!   backticks and `[digits]` removed, so the answer holds no code span and
-//!   no marker but ours) and split into **sentences** after `.`, `!` or `?`
-//!   followed by a space. A sentence longer than [`MAX_SENTENCE_CHARS`] is
+//! * Each source's text is split into paragraphs at blank lines, fenced
+//!   code blocks dropped; each paragraph is cleaned (whitespace runs become
+//!   one space, backticks and `[digits]` removed, so the answer holds no
+//!   code span and no marker but ours) and split into **sentences** after
+//!   `.`, `!` or `?` followed by a space. A sentence longer than [`MAX_SENTENCE_CHARS`] is
 //!   cut at a word boundary and ends with `…`.
 //! * **Score** of a sentence = 2 × (question terms in the sentence) + (question
 //!   terms in its source's title), each distinct term counted once: a
@@ -143,19 +144,45 @@ pub(crate) fn terms(text: &str) -> BTreeSet<String> {
 
 /// The cleaned sentences of a source text (module docs).
 pub(crate) fn sentences(text: &str) -> Vec<String> {
-    let clean = clean(text);
     let mut out = Vec::new();
-    let mut start = 0;
-    let bytes = clean.as_bytes();
-    for (i, c) in clean.char_indices() {
-        if matches!(c, '.' | '!' | '?') && bytes.get(i + 1) == Some(&b' ') {
-            out.push(clean[start..=i].trim().to_owned());
-            start = i + 1;
+    for para in paragraphs(text) {
+        let clean = clean(&para);
+        let mut start = 0;
+        let bytes = clean.as_bytes();
+        for (i, c) in clean.char_indices() {
+            if matches!(c, '.' | '!' | '?') && bytes.get(i + 1) == Some(&b' ') {
+                out.push(clean[start..=i].trim().to_owned());
+                start = i + 1;
+            }
         }
+        out.push(clean[start..].trim().to_owned());
     }
-    out.push(clean[start..].trim().to_owned());
     out.retain(|s| s.chars().any(char::is_alphanumeric));
     out.into_iter().map(|s| clip(&s)).collect()
+}
+
+/// The paragraphs of `text` (runs of lines between blank lines), without
+/// fenced code blocks (from a line starting with ```` ``` ```` or `~~~` to
+/// the next such line, both included).
+fn paragraphs(text: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut in_fence = false;
+    for line in text.lines() {
+        let t = line.trim();
+        let fence = t.starts_with("```") || t.starts_with("~~~");
+        if fence || in_fence || t.is_empty() {
+            in_fence ^= fence;
+            if !out.last().is_some_and(String::is_empty) {
+                out.push(String::new());
+            }
+            continue;
+        }
+        if let Some(last) = out.last_mut() {
+            last.push_str(line);
+            last.push('\n');
+        }
+    }
+    out
 }
 
 /// Whitespace runs to one space; backticks and `[digits]` removed.
@@ -254,14 +281,18 @@ mod tests {
 
     #[test]
     fn sentences_are_cleaned_and_split() {
-        let s = sentences("First `code` here.[12] Second\n\nline!  Third? Fourth 3.5 m [x]");
+        let s = sentences(
+            "First `code` here.[12] Second\nline!  Third? Fourth 3.5 m [x]\n\n```\nx [1]\n```\nHeading\n\nPara.",
+        );
         assert_eq!(
             s,
             [
                 "First code here.",
                 "Second line!",
                 "Third?",
-                "Fourth 3.5 m [x]"
+                "Fourth 3.5 m [x]",
+                "Heading",
+                "Para."
             ]
         );
         let long = "word ".repeat(100);
