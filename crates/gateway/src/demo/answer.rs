@@ -6,11 +6,12 @@
 //!   lowercased, without one-letter runs and a short English stop-word list
 //!   ([`STOP_WORDS`]); a trailing `s` is dropped from terms longer than 3
 //!   letters (not from `…ss`), so "forecasts" meets "forecast".
-//! * Each source's text is split into paragraphs at blank lines, fenced
-//!   code blocks dropped; each paragraph is cleaned (whitespace runs become
+//! * Each source's text is split into paragraphs at blank lines and at
+//!   Markdown list items (bullets removed); headings, fenced code blocks and
+//!   table rows are dropped. Each paragraph is cleaned (whitespace runs become
 //!   one space, backticks and `[digits]` removed, so the answer holds no
 //!   code span and no marker but ours) and split into **sentences** after
-//!   `.`, `!` or `?` followed by a space. A sentence longer than [`MAX_SENTENCE_CHARS`] is
+//!   `.`, `!` or `?` followed by a space (a final `:` becomes `.`). A sentence longer than [`MAX_SENTENCE_CHARS`] is
 //!   cut at a word boundary and ends with `…`.
 //! * **Score** of a sentence = 2 × (question terms in the sentence) + (question
 //!   terms in its source's title), each distinct term counted once: a
@@ -106,7 +107,8 @@ pub(crate) fn compose(passages: &[Passage], question: &str) -> String {
             Some((si, s)) => format!("{NO_MATCH_LEAD} {}", cite(&s, passages[si].number)),
             None => format!(
                 "None of the sources I got has any text; the first is titled \"{}\" [{}].",
-                passages[0].title, passages[0].number
+                clean(&passages[0].title).trim(),
+                passages[0].number
             ),
         };
     }
@@ -117,15 +119,26 @@ pub(crate) fn compose(passages: &[Passage], question: &str) -> String {
     cited.join(" ")
 }
 
-/// `sentence` with ` [n]` before its final punctuation (`.`, `!`, `?`,
-/// `…`, and closing quotes or brackets after them), or at its end.
+/// Sentence-ending punctuation, kept after the marker.
+const STOPS: &[char] = &['.', '!', '?', '…'];
+/// Closing quotes and brackets that may follow the final punctuation.
+const CLOSERS: &[char] = &['"', '\'', ')', ']', '”', '’', '»'];
+
+/// `sentence` with ` [n]` before its final punctuation (`Sunny [1].`,
+/// `(high 24 °C) [1].`, `"Go [1]!"`), or at its end when it has none.
 fn cite(sentence: &str, n: u32) -> String {
-    let body = sentence.trim_end_matches(['.', '!', '?', '…', '"', '\'', ')', '”', '’']);
-    let tail = &sentence[body.len()..];
-    if tail.is_empty() || body.is_empty() {
+    let mut body = sentence.trim_end_matches(STOPS);
+    if body.len() == sentence.len() {
+        let open = sentence.trim_end_matches(CLOSERS);
+        let b = open.trim_end_matches(STOPS);
+        if b.len() < open.len() {
+            body = b;
+        }
+    }
+    if body.trim().is_empty() || body.len() == sentence.len() {
         return format!("{sentence} [{n}]");
     }
-    format!("{body} [{n}]{tail}")
+    format!("{body} [{n}]{}", &sentence[body.len()..])
 }
 
 /// The distinct terms of `text` (module docs).
@@ -158,31 +171,70 @@ pub(crate) fn sentences(text: &str) -> Vec<String> {
         out.push(clean[start..].trim().to_owned());
     }
     out.retain(|s| s.chars().any(char::is_alphanumeric));
-    out.into_iter().map(|s| clip(&s)).collect()
+    out.into_iter()
+        .map(|mut s| {
+            // A lead-in to a list or code block reads as a statement.
+            if s.ends_with(':') {
+                s.pop();
+                s.push('.');
+            }
+            clip(&s)
+        })
+        .collect()
 }
 
-/// The paragraphs of `text` (runs of lines between blank lines), without
-/// fenced code blocks (from a line starting with ```` ``` ```` or `~~~` to
-/// the next such line, both included).
+/// The paragraphs of `text`: runs of lines between blank lines, where a
+/// Markdown list item also starts a paragraph of its own (its bullet
+/// removed); headings, fenced code blocks (from a line starting with
+/// ```` ``` ```` or `~~~` to the next such line) and table rows (lines
+/// starting with `|`) are dropped.
 fn paragraphs(text: &str) -> Vec<String> {
     let mut out = vec![String::new()];
     let mut in_fence = false;
     for line in text.lines() {
         let t = line.trim();
         let fence = t.starts_with("```") || t.starts_with("~~~");
-        if fence || in_fence || t.is_empty() {
+        let block = block_start(t);
+        if fence || in_fence || t.is_empty() || t.starts_with('|') || block.is_some() {
             in_fence ^= fence;
             if !out.last().is_some_and(String::is_empty) {
                 out.push(String::new());
             }
+            // Headings name a passage; they say nothing, so they go.
+            if let (Some(rest), false) = (block, in_fence || fence || t.starts_with('#')) {
+                out.push(format!("{rest}\n"));
+            }
             continue;
         }
         if let Some(last) = out.last_mut() {
-            last.push_str(line);
+            last.push_str(t);
             last.push('\n');
         }
     }
     out
+}
+
+/// The text of a Markdown heading (`# …`) or list item (`- `, `* `, `+ `,
+/// `1. `, `1) `) line without its marker; `None` for other lines.
+fn block_start(line: &str) -> Option<&str> {
+    let hashes = line.len() - line.trim_start_matches('#').len();
+    if (1..=6).contains(&hashes) {
+        return line[hashes..].strip_prefix(' ');
+    }
+    for bullet in ["- ", "* ", "+ "] {
+        if let Some(rest) = line.strip_prefix(bullet) {
+            return Some(rest);
+        }
+    }
+    let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+    let after = &line[digits..];
+    (digits > 0)
+        .then(|| {
+            after
+                .strip_prefix(". ")
+                .or_else(|| after.strip_prefix(") "))
+        })
+        .flatten()
 }
 
 /// Whitespace runs to one space; backticks and `[digits]` removed.
@@ -302,9 +354,29 @@ mod tests {
     }
 
     #[test]
+    fn markdown_blocks_are_sentences_of_their_own_headings_go() {
+        let text = "# Title\nProse wrapped\nover lines\n- item one\n* item two\n12. third\n| a | b |\n## Sub\nEnd.";
+        assert_eq!(
+            sentences(text),
+            [
+                "Prose wrapped over lines",
+                "item one",
+                "item two",
+                "third",
+                "End."
+            ]
+        );
+        assert_eq!(block_start("#hashtag"), None);
+        assert_eq!(block_start("-5 degrees"), None);
+        assert_eq!(block_start("2024 was"), None);
+    }
+
+    #[test]
     fn marker_before_final_punctuation() {
         assert_eq!(cite("Sunny.", 1), "Sunny [1].");
         assert_eq!(cite("He said \"go!\"", 2), "He said \"go [2]!\"");
+        assert_eq!(cite("Time (UTC (0)).", 5), "Time (UTC (0)) [5].");
+        assert_eq!(cite("(aside)", 6), "(aside) [6]");
         assert_eq!(cite("No stop", 3), "No stop [3]");
         assert_eq!(cite("...", 4), "... [4]");
     }

@@ -193,3 +193,33 @@ fn fnv1a(bytes: &[u8]) -> u64 {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn events_concatenate() {
+        let b = DemoBody::Events(vec![Bytes::from_static(b"a"), Bytes::from_static(b"bc")]);
+        assert_eq!(&b.to_bytes()[..], b"abc");
+    }
+
+    #[test]
+    fn n_is_capped() {
+        let r = respond(
+            Endpoint::ChatCompletions,
+            br#"{"n":100000,"messages":[{"role":"user","content":"q"}]}"#,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body.to_bytes()).unwrap();
+        assert_eq!(
+            v["choices"].as_array().map(Vec::len),
+            Some(citestream::MAX_CHOICES as usize)
+        );
+    }
+}

@@ -191,3 +191,58 @@ pub(crate) fn message_events(r: &Reply<'_>) -> Vec<Bytes> {
     out.push(event(Some("message_stop"), r#"{"type":"message_stop"}"#));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(pieces: Vec<&str>, n: u32) -> Reply<'_> {
+        Reply {
+            id: "x\"y".into(),
+            pieces,
+            truncated: false,
+            prompt_tokens: 10,
+            n,
+        }
+    }
+
+    #[test]
+    fn chat_events_shape_and_usage() {
+        let r = reply(vec!["Hi", " [", "1", "]."], 2);
+        let evs = chat_events(&r, 7, true);
+        // 2 role chunks, 4 pieces × 2 choices, 2 finish chunks, usage, [DONE].
+        assert_eq!(evs.len(), 2 + 8 + 2 + 1 + 1);
+        assert!(
+            evs.iter()
+                .all(|e| e.starts_with(b"data: ") && e.ends_with(b"\n\n"))
+        );
+        assert_eq!(&evs[13][..], b"data: [DONE]\n\n");
+        let usage: serde_json::Value = serde_json::from_slice(&evs[12][6..]).unwrap();
+        assert_eq!(usage["id"], "x\"y");
+        assert_eq!(usage["choices"], serde_json::json!([]));
+        assert_eq!(usage["usage"]["completion_tokens"], 8);
+        assert_eq!(usage["usage"]["total_tokens"], 18);
+        let second: serde_json::Value = serde_json::from_slice(&evs[3][6..]).unwrap();
+        assert_eq!(second["choices"][0]["index"], 1);
+        assert_eq!(second["choices"][0]["delta"]["content"], "Hi");
+        assert!(second["usage"].is_null());
+    }
+
+    #[test]
+    fn empty_answer_still_has_every_frame() {
+        let mut r = reply(Vec::new(), 1);
+        r.truncated = true;
+        assert_eq!(chat_events(&r, 7, false).len(), 3);
+        let evs = message_events(&r);
+        assert_eq!(evs.len(), 6);
+        assert!(evs[4].starts_with(b"event: message_delta\ndata: "));
+        assert!(
+            std::str::from_utf8(&evs[4])
+                .unwrap()
+                .contains("\"max_tokens\"")
+        );
+        let body: serde_json::Value = serde_json::from_slice(&chat_body(&r, 7)).unwrap();
+        assert_eq!(body["choices"][0]["finish_reason"], "length");
+        assert_eq!(body["choices"][0]["message"]["content"], "");
+    }
+}
