@@ -5,10 +5,13 @@
 //! citestream rewrite --sources FILE [--endpoint chat|messages]
 //!                    [--dialect sources|citations|both] [--offsets chars|utf16|bytes]
 //!                    [--n N] [--chunk-size N] [FILE]
+//! citestream search  [--config FILE] QUERY
 //! ```
 //!
 //! Exit status: 0 on success, 2 on a usage error or an unreadable sources or
 //! input file (one line on standard error), 1 on an I/O error mid-stream.
+
+mod search;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -22,7 +25,7 @@ use citestream::{
     ChatStream, Dialect, MessagesStream, OffsetUnit, RewriteOptions, Sources, StreamRewriter,
 };
 
-const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]";
+const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]\n       citestream search [--config FILE] QUERY";
 
 /// Size of one read from the input when `--chunk-size` is not given.
 const READ_SIZE: usize = 64 * 1024;
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("events") => events(&args[1..]),
         Some("rewrite") => rewrite(&args[1..]),
+        Some("search") => search::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
