@@ -35,6 +35,15 @@ def pytest_sessionstart(session):
     citestream_bin()  # fails the session at once when the binary is missing
 
 
+def pytest_collection_finish(session):
+    # The Python package (python/) is built once, before any test runs, when
+    # a collected test needs it (harness/pyext.py).
+    from harness import pyext
+
+    if pyext.needed(session.items):
+        pyext.build()
+
+
 @pytest.fixture(scope="session")
 def replay_server():
     server = ReplayServer().start()
