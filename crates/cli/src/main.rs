@@ -13,6 +13,8 @@
 
 mod search;
 
+mod serve;
+
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::process::ExitCode;
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("events") => events(&args[1..]),
         Some("rewrite") => rewrite(&args[1..]),
+        Some("serve") => return serve::main(&args[1..]),
         Some("search") => search::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
