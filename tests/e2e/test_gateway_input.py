@@ -28,7 +28,7 @@ KEY = "sk-acme-123"
 
 
 def _config(replay, sources, **extra):
-    cfg = {"server": {"max_request_body": "4KiB"},
+    cfg = {"server": {"max_request_body": "4KiB", "header_read_timeout": "2s"},
            "upstream": {"base_url": replay.url},
            "search": {"provider": "static", "static": {"path": str(sources)}},
            "plans": {"default": {"searches_per_day": 1000}}}
@@ -86,8 +86,8 @@ def test_bad_body_is_a_4xx_in_the_endpoint_shape(gw, replay, path, case):
 
 
 @pytest.mark.parametrize("method,path,want", [
-    ("GET", "/nope", 404), ("POST", "/v2/chat/completions", 404),
-    ("GET", CHAT, 405), ("PUT", MESSAGES, 405), ("POST", "/healthz", 405)])
+    ("GET", "/nope", 404), ("POST", "/v2/chat/completions", 404), ("POST", "/", 404),
+    ("POST", "/healthz", 405), ("DELETE", "/readyz", 405), ("POST", "/metrics", 405)])
 def test_unknown_path_and_wrong_method(gw, replay, method, path, want):
     r = httpx.request(method, gw.url + path, content=b"{}", headers={"content-type": "application/json"})
     assert r.status_code == want, r.text
@@ -95,16 +95,21 @@ def test_unknown_path_and_wrong_method(gw, replay, method, path, want):
     assert_still_serving(gw, replay)
 
 
-def test_other_v1_paths_are_proxied_untouched(gw, replay):
+def test_other_v1_requests_are_proxied_untouched(gw, replay):
     r = httpx.get(gw.url + "/v1/models?limit=2", headers={"authorization": "Bearer sk-x", "x-custom": "1"})
     assert r.status_code == 200
     assert r.json() == {"object": "replay.echo", "method": "GET", "path": "/v1/models?limit=2", "body_bytes": 0}
     body = b'{"input": "caf\\u00e9",  "web_search": "left alone"}'
     r = httpx.post(gw.url + "/v1/embeddings", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 200
-    get, post = replay.exchanges()
+    # Other methods on the grounded paths are other requests too (e.g. OpenAI's
+    # GET /v1/chat/completions lists stored completions): proxied, not refused.
+    r = httpx.get(gw.url + CHAT + "?limit=1")
+    assert r.status_code == 200 and r.json()["method"] == "GET"
+    get, post, listing = replay.exchanges()
     assert get.header("authorization") == "Bearer sk-x" and get.header("x-custom") == "1"
     assert post.body == body  # not parsed, not stripped
+    assert listing.path == CHAT + "?limit=1"
 
 
 @pytest.mark.parametrize("path", [CHAT, MESSAGES])

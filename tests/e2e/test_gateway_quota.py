@@ -15,16 +15,13 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import redis
 
 from harness.checks import SOURCES, client_body, raw_post
+from harness.procs import faketime_env
 from harness.replay import FIXTURES
 
 FIXTURE = "openai_gpt4o_text_usage_chunk"
@@ -75,16 +72,6 @@ def test_fourth_search_of_the_day_is_answered_without_sources(serve, replay, sou
     assert "x-citestream-searches-remaining" not in headers
 
 
-def _faketime_env(clock_file: Path) -> dict:
-    if not shutil.which("faketime"):
-        subprocess.run(["apt-get", "install", "-y", "-qq", "faketime"], check=True,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    libs = subprocess.run(["dpkg", "-L", "libfaketime"], check=True, capture_output=True, text=True).stdout
-    lib = next(line for line in libs.splitlines() if line.endswith("/libfaketime.so.1"))
-    return {"LD_PRELOAD": lib, "FAKETIME_TIMESTAMP_FILE": str(clock_file), "FAKETIME_NO_CACHE": "1",
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "TZ": "UTC"}
-
-
 @pytest.mark.parametrize("store", ["memory", "redis"])
 def test_count_restarts_at_utc_midnight(serve, replay, sources_path, tmp_path, request, store):
     clock = tmp_path / "clock"
@@ -92,7 +79,7 @@ def test_count_restarts_at_utc_midnight(serve, replay, sources_path, tmp_path, r
     quota = {"store": "memory"}
     if store == "redis":
         quota = {"store": "redis", "redis_url": request.getfixturevalue("redis_server").url}
-    gw = serve(config(replay, sources_path, 3, **quota), env=_faketime_env(clock))
+    gw = serve(config(replay, sources_path, 3, **quota), env=faketime_env(clock))
     for _ in range(3):
         assert grounded(gw)[1]["x-citestream-search"] == "injected"
     assert grounded(gw)[1]["x-citestream-search"] == "quota-exhausted"

@@ -13,6 +13,9 @@ Contract
 * `RedisServer.start()` runs a real `redis-server` on a free loopback port
   with no persistence (installing the Debian package with apt-get when it
   is missing and we are root); `stop()` ends it by pid.
+* `ensure_debian(program, package)`, `faketime_env(clock_file)`: programs
+  from Debian's packages, installed on demand (root), and the environment
+  that runs a process on a wall clock the test controls (libfaketime).
 * `free_port()` asks the kernel for an unused loopback port.
 * `citestream_rewrite(data, sources, ...)` runs `citestream rewrite`: what a
   host must send its client for that upstream body and those sources.
@@ -171,20 +174,31 @@ class Serve:
         return code
 
 
-def ensure_redis_server() -> str:
-    """Path of `redis-server`, installing Debian's package if missing."""
-    path = shutil.which("redis-server")
+def ensure_debian(program: str, package: str) -> str:
+    """Path of `program`, installing Debian's `package` when it is missing."""
+    path = shutil.which(program)
     if path:
         return path
     if os.geteuid() != 0:
-        raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        raise RuntimeError(f"{program} is not installed (apt-get install {package})")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=True, env=env)
-    path = shutil.which("redis-server")
+    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True, env=env)
+    path = shutil.which(program)
     if not path:
-        raise RuntimeError("apt-get installed redis-server but it is not on PATH")
+        raise RuntimeError(f"apt-get installed {package} but {program} is not on PATH")
     return path
+
+
+def faketime_env(clock_file: Path) -> dict:
+    """Environment that runs a process on the wall clock written in
+    `clock_file` ("YYYY-MM-DD hh:mm:ss", UTC, re-read on every call) through
+    libfaketime (Debian `faketime`); the monotonic clock stays real."""
+    ensure_debian("faketime", "faketime")
+    files = subprocess.run(["dpkg", "-L", "libfaketime"], check=True, capture_output=True, text=True).stdout
+    lib = next(line for line in files.splitlines() if line.endswith("/libfaketime.so.1"))
+    return {"LD_PRELOAD": lib, "FAKETIME_TIMESTAMP_FILE": str(clock_file), "FAKETIME_NO_CACHE": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "TZ": "UTC"}
 
 
 class RedisServer:
@@ -195,7 +209,7 @@ class RedisServer:
 
     @classmethod
     def start(cls, timeout: float = 15.0) -> "RedisServer":
-        exe = ensure_redis_server()
+        exe = ensure_debian("redis-server", "redis-server")
         tmp = Path(tempfile.mkdtemp(prefix="citestream-redis-"))
         port = free_port()
         proc = subprocess.Popen(

@@ -187,6 +187,17 @@ async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
     return req
 
 
+async def _cancel(task: asyncio.Future) -> None:
+    """Cancels `task` and waits until it is over (a pending read must end
+    before the next read of the same stream starts)."""
+    if not task.done():
+        task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, ConnectionError):
+        pass
+
+
 def _error_body(path: str, status: int, message: str) -> bytes:
     if path == "/v1/messages":
         err = {"type": "error", "error": {"type": "api_error", "message": message}}
@@ -317,7 +328,7 @@ class ReplayServer(LoopbackServer):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"replay log never matched: {[e.to_json() for e in self._log]!r}"[:4000])
-                self._cond.wait(left)
+                self._cond.wait(min(left, 0.02))  # fields also change without a notify
             return list(self._log)
 
     def _record(self, req: _Request) -> Exchange:
@@ -425,8 +436,7 @@ class ReplayServer(LoopbackServer):
         try:
             return await self._send(sc, ex, body, ctype, watch, writer)
         finally:
-            if not watch.done():
-                watch.cancel()
+            await _cancel(watch)
 
     async def _gone(self, ex: Exchange, watch: asyncio.Future, timeout: float, phase: str) -> bool:
         """Waits up to `timeout`; True (and recorded) when the client went away."""

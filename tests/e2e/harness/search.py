@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .replay import LoopbackServer, _read_request
+from .replay import LoopbackServer, _cancel, _read_request
 
 
 @dataclass
@@ -51,7 +51,7 @@ class SearchBackend(LoopbackServer):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"search log never matched: {self._queries!r}"[:4000])
-                self._cond.wait(left)
+                self._cond.wait(min(left, 0.02))  # fields also change without a notify
             return list(self._queries)
 
     def _note(self, q: Query, **changes) -> None:
@@ -80,7 +80,7 @@ class SearchBackend(LoopbackServer):
                 if watch.done():
                     self._note(q, client_disconnected=True)
                     return
-                watch.cancel()
+                await _cancel(watch)
                 data = json.dumps(self.results).encode()
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
