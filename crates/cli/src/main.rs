@@ -6,11 +6,13 @@
 //!                    [--dialect sources|citations|both] [--offsets chars|utf16|bytes]
 //!                    [--n N] [--chunk-size N] [FILE]
 //! citestream search  [--config FILE] QUERY
+//! citestream ext-proc [--config FILE] [--listen ADDR]
 //! ```
 //!
 //! Exit status: 0 on success, 2 on a usage error or an unreadable sources or
 //! input file (one line on standard error), 1 on an I/O error mid-stream.
 
+mod ext_proc;
 mod search;
 
 mod serve;
@@ -27,7 +29,7 @@ use citestream::{
     ChatStream, Dialect, MessagesStream, OffsetUnit, RewriteOptions, Sources, StreamRewriter,
 };
 
-const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]\n       citestream search [--config FILE] QUERY";
+const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]\n       citestream search [--config FILE] QUERY\n       citestream ext-proc [--config FILE] [--listen ADDR]";
 
 /// Size of one read from the input when `--chunk-size` is not given.
 const READ_SIZE: usize = 64 * 1024;
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Some("events") => events(&args[1..]),
         Some("rewrite") => rewrite(&args[1..]),
         Some("serve") => return serve::main(&args[1..]),
+        Some("ext-proc") => ext_proc::run(&args[1..]),
         Some("search") => search::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
