@@ -19,3 +19,19 @@ else
     cargo test --workspace --all-features --no-fail-fast --lib --bins --tests
 fi
 cargo test --workspace --all-features --doc
+
+# End-to-end tests (tests/e2e, pytest): real SDKs, redis-server, Envoy and
+# LiteLLM against the hosts, with the loopback replay upstream.
+E2E_PY=$(scripts/e2e-venv.sh)
+cargo build -p citestream-cli
+export CITESTREAM_BIN="$PWD/target/debug/citestream"
+# pytest exits 5 when it collects no test: that is a failure here too.
+set +e
+(cd tests/e2e && "$E2E_PY" -m pytest -p no:cacheprovider)
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+    echo "scripts/test.sh: pytest collected no end-to-end test" >&2
+    exit 1
+fi
+exit "$status"

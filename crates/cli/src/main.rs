@@ -5,10 +5,17 @@
 //! citestream rewrite --sources FILE [--endpoint chat|messages]
 //!                    [--dialect sources|citations|both] [--offsets chars|utf16|bytes]
 //!                    [--n N] [--chunk-size N] [FILE]
+//! citestream search  [--config FILE] QUERY
+//! citestream ext-proc [--config FILE] [--listen ADDR]
 //! ```
 //!
 //! Exit status: 0 on success, 2 on a usage error or an unreadable sources or
 //! input file (one line on standard error), 1 on an I/O error mid-stream.
+
+mod ext_proc;
+mod search;
+
+mod serve;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -22,7 +29,7 @@ use citestream::{
     Dialect, Endpoint, OffsetUnit, RewriteOptions, Rewriter, Sources, StreamRewriter,
 };
 
-const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]";
+const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]\n       citestream search [--config FILE] QUERY\n       citestream ext-proc [--config FILE] [--listen ADDR]";
 
 /// Size of one read from the input when `--chunk-size` is not given.
 const READ_SIZE: usize = 64 * 1024;
@@ -43,6 +50,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("events") => events(&args[1..]),
         Some("rewrite") => rewrite(&args[1..]),
+        Some("serve") => return serve::main(&args[1..]),
+        Some("ext-proc") => ext_proc::run(&args[1..]),
+        Some("search") => search::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

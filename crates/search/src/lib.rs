@@ -1,91 +1,59 @@
 //! Search providers for the citestream hosts (gateway, Envoy processor,
 //! Python package): the search half of SPEC section 3.
 //!
-//! SKELETON (being filled in by the search-provider work, issue 9): the
-//! contract below is what the hosts code against.
+//! * [`SearchConfig`]: the `[search]` table of the config file (SPEC 12),
+//!   every key optional, unknown keys rejected.
+//! * [`Search`]: the configured provider plus the adapter rules every
+//!   provider shares. Hosts build one at start ([`Search::new`], which
+//!   reports a bad configuration as a [`SetupError`]) and call
+//!   [`Search::search`] per request. A search that fails (error, timeout,
+//!   non-2xx answer) is a [`SearchError`] with a [`SearchErrorKind`] for
+//!   metrics; it is logged here with `tracing` and must never fail the
+//!   request (SPEC section 4).
+//! * [`Provider`]: one backend. Built in: `local` (BM25 over a folder, or
+//!   the bundled corpus embedded in the binary), `static`, `searxng`,
+//!   `perplexity` (also LiteLLM `/v1/search/<tool>`), `http`, `brave`,
+//!   `tavily`, `exa`. Hosts may plug their own in with
+//!   [`Search::with_provider`].
 //!
-//! * [`Provider`]: one search backend. `search` is a future that is
-//!   cancelled by dropping it; providers do no normalisation of their own
-//!   beyond parsing their wire format into [`Source`]s.
-//! * [`Search`]: a configured provider plus the adapter rules every
-//!   provider shares (timeout, `max_results`, HTML stripped, results
-//!   without a URL and duplicate URLs dropped, `text` capped at
-//!   `max_text_chars`, dates mapped to `year`). Hosts hold one `Search`
-//!   and call [`Search::search`].
-//! * [`SearchConfig`]: the `[search]` table of the config file (SPEC 12).
+//! # Adapter rules (applied once, for every provider)
+//!
+//! 1. The provider is given the configured timeout; when it passes, the
+//!    search fails with [`SearchErrorKind::Timeout`].
+//! 2. HTML tags are removed from `title`, `text`, `heading` and `author`,
+//!    entities are decoded, and whitespace runs become one space.
+//! 3. Results without a URL, and results whose URL an earlier result had,
+//!    are dropped; at most `max_results` are kept, in the provider's order.
+//! 4. `text` is cut to `max_text_chars` characters (a character boundary).
+//! 5. A date in `year` (`2024-06-21T15:55:04Z`, `September 9, 2023`) becomes
+//!    its four-digit year; a date without one (`20 hours ago`) is dropped.
+//! 6. Empty fields become absent.
+//!
+//! # Example
+//!
+//! ```
+//! use citestream_search::{Search, SearchConfig, SearchQuery};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let search = Search::new(&SearchConfig::default()).unwrap(); // bundled corpus
+//! let query = SearchQuery { text: "What is the capital of Portugal?".into(), context: vec![] };
+//! let sources = search.search(&query).await.unwrap();
+//! assert!(sources.iter().any(|s| s.title.as_deref().unwrap_or("").contains("Portugal")));
+//! # }
+//! ```
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
+mod adapt;
+mod config;
+mod local;
+mod provider;
+mod remote;
+mod search;
+mod static_file;
 
 pub use citestream::request::SearchQuery;
 pub use citestream::sources::Source;
 
-/// A boxed, `Send` future: what [`Provider::search`] returns, so providers
-/// can be chosen at run time (`Box<dyn Provider>`).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// One search backend.
-pub trait Provider: Send + Sync + fmt::Debug {
-    /// The provider's config name (`local`, `searxng`, …), for logs and
-    /// metrics.
-    fn name(&self) -> &'static str;
-
-    /// Searches for `query`, asking the backend for at most `max_results`
-    /// results. Dropping the future cancels the search.
-    fn search<'a>(
-        &'a self,
-        query: &'a SearchQuery,
-        max_results: usize,
-    ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>>;
-}
-
-/// Why a search failed. A failed search is never a failed request (SPEC
-/// section 4): the host logs it, counts it and answers without sources.
-#[derive(Debug)]
-pub struct SearchError {
-    kind: SearchErrorKind,
-    message: String,
-}
-
-/// The class of a [`SearchError`], for metrics labels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SearchErrorKind {
-    /// The configured timeout passed.
-    Timeout,
-    /// Connecting or reading failed.
-    Transport,
-    /// The backend answered with a non-2xx status.
-    Status,
-    /// The answer could not be read (invalid JSON, wrong shape, too large).
-    Body,
-}
-
-impl SearchError {
-    /// A new error.
-    pub fn new(kind: SearchErrorKind, message: impl Into<String>) -> Self {
-        SearchError {
-            kind,
-            message: message.into(),
-        }
-    }
-
-    /// The class of the error.
-    pub fn kind(&self) -> SearchErrorKind {
-        self.kind
-    }
-
-    /// The message, for logs.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Display for SearchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for SearchError {}
+pub use config::{EndpointConfig, PathConfig, ProviderKind, SearchConfig, SearxngConfig};
+pub use local::LocalIndex;
+pub use provider::{BoxFuture, Provider, SearchError, SearchErrorKind};
+pub use search::{Search, SetupError};

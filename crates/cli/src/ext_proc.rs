@@ -1,0 +1,47 @@
+//! `citestream ext-proc [--config FILE] [--listen ADDR]` (SPEC section 13):
+//! the Envoy external processor of `citestream-ext-proc`.
+//!
+//! Loads the config as `citestream serve` does (`--listen` overrides
+//! `server.listen` and `CITESTREAM_LISTEN`; `[upstream]` is not used: Envoy
+//! routes the request), binds, prints `citestream ext-proc listening on
+//! ADDR` on standard error, logs one JSON line per grounded request on
+//! standard output, and serves until SIGTERM or SIGINT, then lets open
+//! streams finish. Exit status 2 for a usage or config error, 1 when the
+//! server fails.
+
+use std::path::Path;
+
+use citestream_ext_proc::Server;
+use citestream_host::config::Config;
+
+use crate::{Args, Failure};
+
+pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
+    let args = Args::parse(args, &["--config", "--listen"])?;
+    if let Some(extra) = args.positional.first() {
+        return Err(Failure::Usage(format!("unexpected argument '{extra}'")));
+    }
+    let mut cfg = Config::load(args.get("--config").map(Path::new))
+        .map_err(|e| Failure::Usage(format!("config: {e}")))?;
+    if let Some(addr) = args.get("--listen") {
+        cfg.set_listen(addr)
+            .map_err(|e| Failure::Usage(format!("{e}")))?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let server = Server::bind(&cfg)
+            .await
+            .map_err(|e| Failure::Usage(e.to_string()))?;
+        let addr = server
+            .local_addr()
+            .map_err(|e| Failure::Io(std::io::Error::other(e.to_string())))?;
+        citestream_gateway::init_logging();
+        eprintln!("citestream ext-proc listening on {addr}");
+        server
+            .run(citestream_gateway::shutdown_signal())
+            .await
+            .map_err(|e| Failure::Io(std::io::Error::other(e.to_string())))
+    })
+}

@@ -1,0 +1,128 @@
+//! `citestream ext-proc` (SPEC section 13): the web-search grounding system
+//! of `citestream serve` as an Envoy external processor, so any
+//! Envoy-based gateway gets it by adding one HTTP filter.
+//!
+//! The processor is a gRPC server of `envoy.service.ext_proc.v3.ExternalProcessor`
+//! (tonic; the protos come generated from `envoy-types`). It shares
+//! everything but the HTTP stack with `citestream serve` through
+//! `citestream-host`: the config file (without `[upstream]`: Envoy routes
+//! the request), accounts and auth, search providers, quota stores, the
+//! request flow ([`Grounding::prepare`]) and error bodies. The response is
+//! rewritten by the core's rewriters, so its bytes equal
+//! `citestream rewrite`'s output for the same upstream stream and sources.
+//!
+//! # Envoy filter settings it expects
+//!
+//! ```yaml
+//! processing_mode:
+//!   request_header_mode: SEND
+//!   response_header_mode: SEND
+//!   request_body_mode: BUFFERED          # the flow needs the whole request body
+//!   response_body_mode: STREAMED         # or FULL_DUPLEX_STREAMED (+ response_trailer_mode: SEND)
+//! allow_mode_override: true              # optional: other paths skip the processor's body work
+//! failure_mode_allow: false              # or true: see below
+//! ```
+//!
+//! `examples/envoy/` in the repository ships a working configuration.
+//!
+//! # Modules
+//! * `exchange` (private): one HTTP exchange, message by
+//!   message.
+//! * `response` (private): the response body state
+//!   machine in both body modes.
+//! * [`service`]: the tonic service.
+//! * `proto` (private): the only code that knows the protobuf shapes.
+//!
+//! # Failure behaviour
+//! What happens to a stream whose processor goes away is Envoy's
+//! `failure_mode_allow`: `false` (the default) ends it with an error
+//! (a 500 before the response started, a reset after); `true` lets the
+//! rest of the exchange through unprocessed. Bad input from Envoy or the
+//! upstream never fails a stream here: it passes through.
+
+mod exchange;
+mod proto;
+mod response;
+pub mod service;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use citestream_host::config::Config;
+use citestream_host::grounding::Grounding;
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub use response::BodyMode;
+pub use service::Processor;
+
+/// Largest gRPC message accepted from Envoy (a buffered request body comes
+/// in one message; Envoy's own buffer limit usually stops it first).
+const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// Errors that stop the processor from starting or serving.
+#[derive(Debug)]
+pub struct Error(String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A bound, ready processor: call [`Server::run`].
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    processor: Processor,
+}
+
+impl Server {
+    /// Builds the shared request side from `cfg` and binds
+    /// `cfg.server.listen`.
+    ///
+    /// # Errors
+    /// A config problem (search provider, quota store) or an address that
+    /// cannot be bound.
+    pub async fn bind(cfg: &Config) -> Result<Server, Error> {
+        let grounding = Grounding::new(cfg)
+            .await
+            .map_err(|e| Error(format!("config: {e}")))?;
+        let addr = cfg.server.listen;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error(format!("cannot listen on {addr}: {e}")))?;
+        let limit = usize::try_from(cfg.server.max_request_body.0).unwrap_or(usize::MAX);
+        Ok(Server {
+            listener,
+            processor: Processor::new(Arc::new(grounding), limit),
+        })
+    }
+
+    /// The address it listens on.
+    ///
+    /// # Errors
+    /// The OS could not say.
+    pub fn local_addr(&self) -> Result<SocketAddr, Error> {
+        self.listener.local_addr().map_err(|e| Error(e.to_string()))
+    }
+
+    /// Serves until `shutdown` resolves, then lets open streams finish.
+    ///
+    /// # Errors
+    /// The gRPC server failed.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+        let svc = ExternalProcessorServer::new(self.processor)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(svc)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), shutdown)
+            .await
+            .map_err(|e| Error(format!("grpc server: {e}")))
+    }
+}

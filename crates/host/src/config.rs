@@ -1,0 +1,530 @@
+//! The config file of `citestream serve` and `citestream ext-proc` (SPEC
+//! section 12), shared by every host.
+//!
+//! Contract:
+//! * The file is TOML; every key is optional ([`Config::default`] is the
+//!   embedded default: listen `127.0.0.1:8080`, local search over the
+//!   bundled corpus, the demo upstream, memory quota, open auth) and an
+//!   unknown key is an error.
+//! * `${VAR}` in any string value is replaced by the environment variable
+//!   `VAR` before the value is read; an unset variable is an error naming
+//!   it and the key. `$${` stands for a literal `${`.
+//! * `CITESTREAM_LISTEN`, `CITESTREAM_UPSTREAM_URL` and
+//!   `CITESTREAM_REDIS_URL`, when set (even to ""), replace `server.listen`,
+//!   `upstream.base_url` and `quota.redis_url`; a `--listen` flag is applied
+//!   by the caller afterwards ([`Config::set_listen`]).
+//! * Durations are written `"30s"`, `"500ms"`, `"2m"`; sizes `"32MiB"`,
+//!   `"64KiB"`, `"1MB"` or a plain number of bytes.
+//! * Every error is a [`ConfigError`] whose `Display` is one line naming
+//!   the key (`server.shutdown_grace: invalid duration "30x": …`); hosts
+//!   print it and exit with status 2.
+//!
+//! # Example
+//! ```
+//! use citestream_host::config::Config;
+//!
+//! let env = |name: &str| (name == "KEY").then(|| "secret".to_owned());
+//! let cfg = Config::from_toml_with_env(
+//!     "[upstream]\nbase_url = \"http://127.0.0.1:9000\"\napi_key = \"${KEY}\"\n",
+//!     &env,
+//! )
+//! .unwrap();
+//! assert_eq!(cfg.upstream.api_key, "secret");
+//!
+//! let err = Config::from_toml_with_env("[server]\nshutdown_grace = \"30x\"\n", &env).unwrap_err();
+//! assert!(err.to_string().starts_with("server.shutdown_grace: "));
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use citestream::request::{InjectOptions, Placement};
+use citestream::{Dialect, OffsetUnit, RewriteOptions};
+use serde::Deserialize;
+
+pub use citestream_search::SearchConfig;
+
+mod units;
+
+pub use units::ByteSize;
+
+/// The whole config file.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct Config {
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[upstream]` (not used by `ext-proc`: Envoy routes the request).
+    pub upstream: UpstreamConfig,
+    /// `[search]` and its provider tables.
+    pub search: SearchConfig,
+    /// `[rewrite]`.
+    pub rewrite: RewriteConfig,
+    /// `[quota]`.
+    pub quota: QuotaConfig,
+    /// `[auth]`.
+    pub auth: AuthConfig,
+    /// `[plans.<name>]`.
+    pub plans: BTreeMap<String, PlanConfig>,
+    /// `[[accounts]]`.
+    pub accounts: Vec<AccountConfig>,
+}
+
+/// `[server]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Address to listen on. Default `127.0.0.1:8080`.
+    pub listen: SocketAddr,
+    /// How long open streams may run on after SIGTERM/SIGINT. Default 30 s.
+    #[serde(with = "units::duration")]
+    pub shutdown_grace: Duration,
+    /// Largest request body; larger is a 413. Default 32 MiB.
+    pub max_request_body: ByteSize,
+    /// How long a client may take to send a request's headers (slow
+    /// clients are disconnected). Default 10 s. Not in SPEC 12's sample:
+    /// an addition of this implementation.
+    #[serde(with = "units::duration")]
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            shutdown_grace: Duration::from_secs(30),
+            max_request_body: ByteSize(32 << 20),
+            header_read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[upstream]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct UpstreamConfig {
+    /// The model server, e.g. `https://api.openai.com`; `""` = the built-in
+    /// demo model.
+    pub base_url: String,
+    /// The `/v1/messages` upstream when it differs from `base_url`.
+    pub messages_base_url: String,
+    /// When set, sent upstream instead of the client's key.
+    pub api_key: String,
+    /// Connecting to the upstream. Default 5 s.
+    #[serde(with = "units::duration")]
+    pub connect_timeout: Duration,
+    /// From sending the request until the upstream's response headers.
+    /// Default 120 s.
+    #[serde(with = "units::duration")]
+    pub headers_timeout: Duration,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            base_url: String::new(),
+            messages_base_url: String::new(),
+            api_key: String::new(),
+            connect_timeout: Duration::from_secs(5),
+            headers_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// `rewrite.dialect`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DialectName {
+    /// `sources` + `annotations`.
+    #[default]
+    Sources,
+    /// `citations`.
+    Citations,
+    /// Both.
+    Both,
+}
+
+/// `rewrite.offsets`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OffsetsName {
+    /// Unicode scalar values.
+    #[default]
+    Chars,
+    /// UTF-16 code units.
+    Utf16,
+    /// UTF-8 bytes.
+    Bytes,
+}
+
+/// `[rewrite]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct RewriteConfig {
+    /// `sources | citations | both`.
+    pub dialect: DialectName,
+    /// `chars | utf16 | bytes`.
+    pub offsets: OffsetsName,
+}
+
+/// `quota.store`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreName {
+    /// In-process.
+    #[default]
+    Memory,
+    /// Redis at `quota.redis_url`.
+    Redis,
+}
+
+/// `[quota]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct QuotaConfig {
+    /// `memory | redis`.
+    pub store: StoreName,
+    /// `redis://host:port/db`, required with `store = "redis"`.
+    pub redis_url: String,
+}
+
+/// `auth.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Everyone is the account `anonymous` on plan `default`.
+    #[default]
+    Open,
+    /// Only the listed keys, as `Authorization: Bearer` or `x-api-key`.
+    Keys,
+}
+
+/// `[auth]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct AuthConfig {
+    /// `open | keys`.
+    pub mode: AuthMode,
+}
+
+/// `[plans.<name>]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct PlanConfig {
+    /// Searches per UTC day. Default 100.
+    pub searches_per_day: u32,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            searches_per_day: 100,
+        }
+    }
+}
+
+/// One `[[accounts]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct AccountConfig {
+    /// The account id (quota key, logs).
+    pub id: String,
+    /// The plan name; default `default`.
+    #[serde(default = "default_plan")]
+    pub plan: String,
+    /// `sha256:<64 hex digits>` of each key.
+    #[serde(default)]
+    pub keys: Vec<String>,
+}
+
+fn default_plan() -> String {
+    "default".to_owned()
+}
+
+/// A start-up error: one line naming the key (or variable) at fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    key: String,
+    message: String,
+}
+
+impl ConfigError {
+    /// An error about `key` (a dotted path such as `server.listen`, or an
+    /// environment variable name).
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The key or variable at fault (`""` for a file-level error).
+    #[must_use]
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// What is wrong with it.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // One line, whatever the underlying error printed.
+        let msg = self
+            .message
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if self.key.is_empty() {
+            f.write_str(&msg)
+        } else {
+            write!(f, "{}: {msg}", self.key)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The environment lookup used for `${VAR}` and the overrides.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The environment variables that override keys, and the key each sets.
+pub const OVERRIDES: [(&str, &str); 3] = [
+    ("CITESTREAM_LISTEN", "server.listen"),
+    ("CITESTREAM_UPSTREAM_URL", "upstream.base_url"),
+    ("CITESTREAM_REDIS_URL", "quota.redis_url"),
+];
+
+impl Config {
+    /// Loads the config the way `citestream serve` does: the file at `path`
+    /// (or the embedded defaults when `None`), `${VAR}` from the process
+    /// environment, then the `CITESTREAM_*` overrides, then validation.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the file, key or variable at fault.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let env = |name: &str| std::env::var(name).ok();
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p)
+                .map_err(|e| ConfigError::new(p.display().to_string(), e.to_string()))?,
+            None => String::new(),
+        };
+        Config::from_toml_with_env(&text, &env)
+    }
+
+    /// Parses `text` with `${VAR}` and the `CITESTREAM_*` overrides taken
+    /// from `env`, and validates the result.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the key or variable at fault.
+    pub fn from_toml_with_env(text: &str, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let at = e
+                .span()
+                .map(|s| {
+                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                    format!("line {line}: ")
+                })
+                .unwrap_or_default();
+            ConfigError::new("", format!("invalid TOML: {at}{}", e.message()))
+        })?;
+        let mut path = Vec::new();
+        expand_table(&mut table, &mut path, env)?;
+        let mut cfg: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let key = e.path().to_string();
+                let key = if key == "." { String::new() } else { key };
+                ConfigError::new(key, e.into_inner().message().to_owned())
+            })?;
+        cfg.apply_overrides(env)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn apply_overrides(&mut self, env: EnvLookup<'_>) -> Result<(), ConfigError> {
+        if let Some(v) = env("CITESTREAM_LISTEN") {
+            self.server.listen =
+                parse_listen(&v).map_err(|m| ConfigError::new("CITESTREAM_LISTEN", m))?;
+        }
+        if let Some(v) = env("CITESTREAM_UPSTREAM_URL") {
+            check_base_url(&v).map_err(|m| ConfigError::new("CITESTREAM_UPSTREAM_URL", m))?;
+            self.upstream.base_url = v;
+        }
+        if let Some(v) = env("CITESTREAM_REDIS_URL") {
+            self.quota.redis_url = v;
+        }
+        Ok(())
+    }
+
+    /// Sets `server.listen` from a `--listen ADDR` flag.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `--listen` when `addr` is not `IP:PORT`.
+    pub fn set_listen(&mut self, addr: &str) -> Result<(), ConfigError> {
+        self.server.listen = parse_listen(addr).map_err(|m| ConfigError::new("--listen", m))?;
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_base_url(&self.upstream.base_url)
+            .map_err(|m| ConfigError::new("upstream.base_url", m))?;
+        check_base_url(&self.upstream.messages_base_url)
+            .map_err(|m| ConfigError::new("upstream.messages_base_url", m))?;
+        if self.server.max_request_body.0 == 0 {
+            return Err(ConfigError::new(
+                "server.max_request_body",
+                "must be above 0",
+            ));
+        }
+        if self.quota.store == StoreName::Redis && self.quota.redis_url.is_empty() {
+            return Err(ConfigError::new(
+                "quota.redis_url",
+                "required when quota.store is \"redis\" (or set CITESTREAM_REDIS_URL)",
+            ));
+        }
+        crate::auth::Accounts::from_config(self).map(drop)
+    }
+
+    /// The response rewriter's options from `[rewrite]` (`n` is set per
+    /// request by the response plan).
+    #[must_use]
+    pub fn rewrite_options(&self) -> RewriteOptions {
+        let mut o = RewriteOptions::new();
+        o.dialect(match self.rewrite.dialect {
+            DialectName::Sources => Dialect::SOURCES,
+            DialectName::Citations => Dialect::CITATIONS,
+            DialectName::Both => Dialect::BOTH,
+        })
+        .offsets(match self.rewrite.offsets {
+            OffsetsName::Chars => OffsetUnit::Chars,
+            OffsetsName::Utf16 => OffsetUnit::Utf16,
+            OffsetsName::Bytes => OffsetUnit::Bytes,
+        });
+        o
+    }
+
+    /// How sources are put in front of the model: the default template,
+    /// prepended to the last user message (SPEC section 3).
+    #[must_use]
+    pub fn inject_options(&self) -> InjectOptions {
+        InjectOptions {
+            placement: Placement::UserMessage,
+            ..InjectOptions::default()
+        }
+    }
+}
+
+fn parse_listen(v: &str) -> Result<SocketAddr, String> {
+    v.trim()
+        .parse()
+        .map_err(|_| format!("invalid address {v:?} (expected IP:PORT, e.g. 127.0.0.1:8080)"))
+}
+
+/// `""` or an absolute `http(s)://host[:port][/path]` URL without query.
+fn check_base_url(v: &str) -> Result<(), String> {
+    if v.is_empty() {
+        return Ok(());
+    }
+    let uri: http::Uri = v.parse().map_err(|e| format!("invalid URL {v:?}: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => {
+            return Err(format!(
+                "invalid URL {v:?}: the scheme must be http or https"
+            ));
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("invalid URL {v:?}: no host"));
+    }
+    if uri.query().is_some() {
+        return Err(format!("invalid URL {v:?}: a base URL takes no query"));
+    }
+    Ok(())
+}
+
+/// Replaces `${VAR}` in every string of `table`, naming the key on error.
+fn expand_table(
+    table: &mut toml::Table,
+    path: &mut Vec<String>,
+    env: EnvLookup<'_>,
+) -> Result<(), ConfigError> {
+    for (k, v) in table.iter_mut() {
+        path.push(k.clone());
+        expand_value(v, path, env)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+fn expand_value(
+    v: &mut toml::Value,
+    path: &mut Vec<String>,
+    env: EnvLookup<'_>,
+) -> Result<(), ConfigError> {
+    match v {
+        toml::Value::String(s) if s.contains('$') => {
+            *s = expand_str(s, env).map_err(|m| ConfigError::new(path.join("."), m))?;
+        }
+        toml::Value::Array(a) => {
+            let key = path.pop().unwrap_or_default();
+            for (i, item) in a.iter_mut().enumerate() {
+                path.push(format!("{key}[{i}]"));
+                expand_value(item, path, env)?;
+                path.pop();
+            }
+            path.push(key);
+        }
+        toml::Value::Table(t) => expand_table(t, path, env)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `${VAR}` → the variable's value; `$${` → `${`; any other `$` is kept.
+fn expand_str(s: &str, env: EnvLookup<'_>) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if let Some(t) = tail.strip_prefix("$${") {
+            out.push_str("${");
+            rest = t;
+        } else if let Some(t) = tail.strip_prefix("${") {
+            let end = t
+                .find('}')
+                .ok_or_else(|| format!("unterminated ${{ in {s:?}"))?;
+            let name = &t[..end];
+            if name.is_empty() {
+                return Err(format!("empty ${{}} in {s:?}"));
+            }
+            let val = env(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
+            out.push_str(&val);
+            rest = &t[end + 1..];
+        } else {
+            out.push('$');
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

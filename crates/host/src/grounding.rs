@@ -1,0 +1,262 @@
+//! The request side of the system for any host (SPEC sections 3 and 4):
+//! auth → account → inspect → quota reserve → search → commit or release →
+//! inject, and what to do with the response.
+//!
+//! Contract:
+//! * [`Grounding::prepare`] takes the endpoint, the request headers and
+//!   the whole request body, and returns either an [`ErrorReply`] (401 for
+//!   a missing or unknown key in `keys` mode, 400 for a body the flow
+//!   refuses), or a [`Grounded`] request: the body to send upstream, the
+//!   [`ResponsePlan`] when the response must be rewritten, the
+//!   [`Outcome`] and the values of the `x-citestream-search` and
+//!   `x-citestream-searches-remaining` headers.
+//! * A search failure, an empty result, a used-up quota or an unreachable
+//!   quota store never fail the request: it goes upstream without sources
+//!   (SPEC section 9).
+//! * Dropping the future returned by `prepare` (the client went away)
+//!   cancels the search and releases an unfinished reservation at once,
+//!   in the Redis store too (see [`crate::store`]).
+//! * Metrics: every call counts one request (by endpoint and outcome),
+//!   each search run (by result, with its duration), quota exhaustions and
+//!   quota store errors.
+//!
+//! Body size limits are the host's job (it reads the body); a host answers
+//! an over-size body with [`ErrorReply::too_large`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use citestream::RewriteOptions;
+use citestream::flow::{Flow, Outcome, ResponsePlan};
+use citestream::quota::{Clock, QuotaStore, SystemClock, utc_day};
+use citestream::request::{Endpoint, InjectOptions};
+use citestream_search::{Search, SearchErrorKind};
+
+use crate::auth::{Account, Accounts};
+use crate::config::{Config, ConfigError};
+use crate::errors::{ErrorReply, ErrorShape};
+use crate::metrics::{EndpointLabel, Metrics, SearchLabel, SearchResult, outcome_str};
+use crate::store::{SharedClock, Store};
+
+/// The request side, built once per process from the config and shared by
+/// every request (`Arc<Grounding>`).
+#[derive(Debug)]
+pub struct Grounding {
+    accounts: Accounts,
+    store: Store,
+    search: Search,
+    inject: InjectOptions,
+    rewrite: RewriteOptions,
+    metrics: Arc<Metrics>,
+    clock: SharedClock,
+}
+
+/// A request ready to go upstream.
+#[derive(Clone, Debug)]
+pub struct Grounded {
+    /// The body to forward (`web_search` removed; sources injected when
+    /// `plan` is `Some`).
+    pub body: Bytes,
+    /// `Some`: rewrite the response with it. `None`: pass it through.
+    pub plan: Option<ResponsePlan>,
+    /// Why sources were or were not injected.
+    pub outcome: Outcome,
+    /// The account's searches left today, when a search was asked for and
+    /// the quota store could be asked.
+    pub remaining: Option<u32>,
+    /// The account id (for logs).
+    pub account: String,
+    /// The request asked for a streamed response.
+    pub stream: bool,
+}
+
+impl Grounded {
+    /// The `x-citestream-search` header value.
+    #[must_use]
+    pub fn search_header(&self) -> &'static str {
+        outcome_str(self.outcome)
+    }
+
+    /// The `x-citestream-searches-remaining` header value, when there is
+    /// one.
+    #[must_use]
+    pub fn remaining_header(&self) -> Option<String> {
+        self.remaining.map(|n| n.to_string())
+    }
+}
+
+impl Grounding {
+    /// Builds the accounts, the quota store (not connected yet) and the
+    /// search provider of `cfg`, on the system clock.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the key at fault (e.g. a search provider
+    /// that cannot start, an invalid Redis URL).
+    pub async fn new(cfg: &Config) -> Result<Grounding, ConfigError> {
+        Grounding::with_clock(cfg, Arc::new(SystemClock)).await
+    }
+
+    /// [`Grounding::new`] on another clock (tests move it across
+    /// midnight).
+    ///
+    /// # Errors
+    /// As [`Grounding::new`].
+    pub async fn with_clock(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Grounding, ConfigError> {
+        let clock = SharedClock(clock);
+        let accounts = Accounts::from_config(cfg)?;
+        let store = Store::from_config(cfg, clock.clone())?;
+        // The setup error's message names the key itself.
+        let search = Search::new(&cfg.search).map_err(|e| ConfigError::new("", e.to_string()))?;
+        Ok(Grounding {
+            accounts,
+            store,
+            search,
+            inject: cfg.inject_options(),
+            rewrite: cfg.rewrite_options(),
+            metrics: Arc::new(Metrics::new()),
+            clock,
+        })
+    }
+
+    /// The metrics registry (hosts record upstream latency, event latency
+    /// and open streams in it and serve [`Metrics::render`]).
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The response rewriter's options (`[rewrite]`).
+    #[must_use]
+    pub fn rewrite_options(&self) -> &RewriteOptions {
+        &self.rewrite
+    }
+
+    /// The quota store.
+    #[must_use]
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The accounts.
+    #[must_use]
+    pub fn accounts(&self) -> &Accounts {
+        &self.accounts
+    }
+
+    /// The search provider.
+    #[must_use]
+    pub fn search(&self) -> &Search {
+        &self.search
+    }
+
+    /// Authenticates a request that is not grounded (any other `/v1/`
+    /// path), with the error shape of `path`.
+    ///
+    /// # Errors
+    /// A 401 [`ErrorReply`] in `keys` mode without a known key.
+    pub fn authenticate(
+        &self,
+        path: &str,
+        headers: &http::HeaderMap,
+    ) -> Result<&Account, ErrorReply> {
+        self.accounts
+            .authenticate_headers(headers)
+            .map_err(|e| ErrorReply::unauthorized(ErrorShape::for_path(path), &e.to_string()))
+    }
+
+    /// Runs the request side of one `POST /v1/chat/completions` or
+    /// `POST /v1/messages`.
+    ///
+    /// # Errors
+    /// An [`ErrorReply`] to answer instead of going upstream: 401 (auth)
+    /// or 400 (a body that is not a JSON object, a `web_search` that is not
+    /// a boolean).
+    pub async fn prepare(
+        &self,
+        endpoint: Endpoint,
+        headers: &http::HeaderMap,
+        body: Bytes,
+    ) -> Result<Grounded, ErrorReply> {
+        let label = EndpointLabel::from(endpoint);
+        let account = match self.accounts.authenticate_headers(headers) {
+            Ok(a) => a,
+            Err(e) => {
+                self.metrics.request(label, SearchLabel::Rejected);
+                return Err(ErrorReply::unauthorized(endpoint.into(), &e.to_string()));
+            }
+        };
+        let limit = account.searches_per_day();
+        let flow = match Flow::start(&self.store, account.id(), limit, endpoint, body).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.metrics.request(label, SearchLabel::Rejected);
+                return Err(ErrorReply::from(&e));
+            }
+        };
+        let asked = flow.inspection().web_search();
+        let stream = flow.inspection().stream();
+        let prepared = match flow.query().cloned() {
+            None => flow.finish(Vec::new(), &self.inject).await,
+            Some(q) => {
+                let t0 = Instant::now();
+                match self.search.search(&q).await {
+                    Ok(found) => {
+                        let r = if found.is_empty() {
+                            SearchResult::NothingFound
+                        } else {
+                            SearchResult::Found
+                        };
+                        self.metrics.search(r, t0.elapsed());
+                        flow.finish(found, &self.inject).await
+                    }
+                    Err(e) => {
+                        let r = if e.kind() == SearchErrorKind::Timeout {
+                            SearchResult::Timeout
+                        } else {
+                            SearchResult::Error
+                        };
+                        self.metrics.search(r, t0.elapsed()); // `search` logged it
+                        flow.fail().await
+                    }
+                }
+            }
+        };
+        for e in &prepared.errors {
+            self.metrics.quota_error();
+            tracing::warn!(error = %e, account = account.id(), "quota store");
+        }
+        let remaining = match prepared.outcome {
+            _ if !asked => None,
+            Outcome::QuotaExhausted => {
+                self.metrics.quota_exhausted();
+                Some(0)
+            }
+            Outcome::QuotaUnavailable => None,
+            _ => self.remaining(account.id(), limit).await,
+        };
+        self.metrics
+            .request(label, SearchLabel::Outcome(prepared.outcome));
+        Ok(Grounded {
+            body: prepared.body,
+            plan: prepared.plan,
+            outcome: prepared.outcome,
+            remaining,
+            account: account.id().to_owned(),
+            stream,
+        })
+    }
+
+    /// Searches left today: the limit less committed and reserved ones.
+    async fn remaining(&self, account: &str, limit: u32) -> Option<u32> {
+        let day = utc_day(self.clock.unix_secs());
+        match self.store.usage(account, day).await {
+            Ok(u) => Some(limit.saturating_sub(u.committed.saturating_add(u.reserved))),
+            Err(e) => {
+                self.metrics.quota_error();
+                tracing::warn!(error = %e, account, "quota store");
+                None
+            }
+        }
+    }
+}

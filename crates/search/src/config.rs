@@ -1,0 +1,239 @@
+//! The `[search]` table of the config file (SPEC section 12).
+//!
+//! Every key is optional; a missing key takes the SPEC default
+//! ([`SearchConfig::default`]). Unknown keys are an error (`deny_unknown_fields`),
+//! so a typo in a key is reported at start-up instead of being ignored.
+//!
+//! ```toml
+//! [search]
+//! provider = "local"     # local | static | searxng | perplexity | brave | tavily | exa | http
+//! max_results = 5
+//! timeout = "8s"
+//! max_text_chars = 1500
+//! [search.local]
+//! path = ""              # "" = the bundled corpus
+//! [search.static]
+//! path = "sources.json"
+//! [search.searxng]
+//! url = "http://127.0.0.1:8888"
+//! [search.perplexity]    # also [search.http], [search.brave], [search.tavily], [search.exa]
+//! url = ""               # "" = the provider's public endpoint (required for `http`)
+//! api_key = ""
+//! ```
+//!
+//! The host crate embeds [`SearchConfig`] in its whole-file config; this
+//! module only describes the table. Checking the values (a missing file, an
+//! empty folder, a missing key) happens in [`crate::Search::new`].
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The `[search]` table.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    /// Which provider answers searches (default `local`).
+    pub provider: ProviderKind,
+    /// At most this many sources per search (default 5).
+    pub max_results: usize,
+    /// A search that takes longer fails (SPEC section 4); default 8 s.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Each source's `text` is cut to this many characters (default 1500).
+    pub max_text_chars: usize,
+    /// `[search.local]`.
+    pub local: PathConfig,
+    /// `[search.static]`.
+    pub r#static: PathConfig,
+    /// `[search.searxng]`.
+    pub searxng: SearxngConfig,
+    /// `[search.perplexity]`.
+    pub perplexity: EndpointConfig,
+    /// `[search.http]`.
+    pub http: EndpointConfig,
+    /// `[search.brave]`.
+    pub brave: EndpointConfig,
+    /// `[search.tavily]`.
+    pub tavily: EndpointConfig,
+    /// `[search.exa]`.
+    pub exa: EndpointConfig,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig {
+            provider: ProviderKind::Local,
+            max_results: 5,
+            timeout: Duration::from_secs(8),
+            max_text_chars: 1500,
+            local: PathConfig {
+                path: String::new(),
+            },
+            r#static: PathConfig {
+                path: "sources.json".into(),
+            },
+            searxng: SearxngConfig::default(),
+            perplexity: EndpointConfig::default(),
+            http: EndpointConfig::default(),
+            brave: EndpointConfig::default(),
+            tavily: EndpointConfig::default(),
+            exa: EndpointConfig::default(),
+        }
+    }
+}
+
+/// The value of `search.provider`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// BM25 over a folder of documents, or the bundled corpus.
+    #[default]
+    Local,
+    /// Always the sources of one file.
+    Static,
+    /// A SearXNG instance (`GET {url}/search?q=…&format=json`).
+    Searxng,
+    /// A Perplexity-Search-shaped endpoint (also LiteLLM `/v1/search/<tool>`).
+    Perplexity,
+    /// Brave Search API.
+    Brave,
+    /// Tavily.
+    Tavily,
+    /// Exa.
+    Exa,
+    /// `POST {url} {"query","count"}` → `[{"link","title","snippet"}]`.
+    Http,
+}
+
+impl ProviderKind {
+    /// The config name (`local`, `searxng`, …).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Local => "local",
+            ProviderKind::Static => "static",
+            ProviderKind::Searxng => "searxng",
+            ProviderKind::Perplexity => "perplexity",
+            ProviderKind::Brave => "brave",
+            ProviderKind::Tavily => "tavily",
+            ProviderKind::Exa => "exa",
+            ProviderKind::Http => "http",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `[search.local]` and `[search.static]`: a path.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PathConfig {
+    /// A folder (`local`; `""` = the bundled corpus) or a file (`static`).
+    pub path: String,
+}
+
+/// `[search.searxng]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearxngConfig {
+    /// Base URL of the instance (default `http://127.0.0.1:8888`).
+    pub url: String,
+}
+
+impl Default for SearxngConfig {
+    fn default() -> Self {
+        SearxngConfig {
+            url: "http://127.0.0.1:8888".into(),
+        }
+    }
+}
+
+/// `[search.perplexity]`, `[search.http]`, `[search.brave]`,
+/// `[search.tavily]`, `[search.exa]`.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EndpointConfig {
+    /// Endpoint URL; `""` = the provider's public endpoint (required for
+    /// `http`).
+    pub url: String,
+    /// API key; `""` = none.
+    pub api_key: String,
+}
+
+impl fmt::Debug for EndpointConfig {
+    /// The key is never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointConfig")
+            .field("url", &self.url)
+            .field(
+                "api_key",
+                &if self.api_key.is_empty() {
+                    ""
+                } else {
+                    "<redacted>"
+                },
+            )
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct File {
+        #[serde(default)]
+        search: SearchConfig,
+    }
+
+    fn parse(text: &str) -> Result<SearchConfig, String> {
+        toml::from_str::<File>(text)
+            .map(|f| f.search)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_match_spec() {
+        let c = parse("").unwrap();
+        assert_eq!(c, SearchConfig::default());
+        assert_eq!(c.provider, ProviderKind::Local);
+        assert_eq!(c.max_results, 5);
+        assert_eq!(c.timeout, Duration::from_secs(8));
+        assert_eq!(c.max_text_chars, 1500);
+        assert_eq!(c.r#static.path, "sources.json");
+        assert_eq!(c.searxng.url, "http://127.0.0.1:8888");
+        assert_eq!(c.local.path, "");
+    }
+
+    #[test]
+    fn keys_parse() {
+        let c = parse(
+            "[search]\nprovider = \"brave\"\ntimeout = \"250ms\"\nmax_results = 3\n\
+             [search.brave]\napi_key = \"k\"\nurl = \"http://127.0.0.1:1/x\"\n\
+             [search.static]\npath = \"s.json\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.provider, ProviderKind::Brave);
+        assert_eq!(c.timeout, Duration::from_millis(250));
+        assert_eq!(c.max_results, 3);
+        assert_eq!(c.brave.api_key, "k");
+        assert_eq!(c.r#static.path, "s.json");
+        assert!(!format!("{c:?}").contains("\"k\""));
+    }
+
+    #[test]
+    fn unknown_keys_and_providers_are_errors() {
+        assert!(parse("[search]\nmax_result = 3\n").is_err());
+        assert!(parse("[search.searxng]\napi_key = \"x\"\n").is_err());
+        let e = parse("[search]\nprovider = \"google\"\n").unwrap_err();
+        assert!(e.contains("google"), "{e}");
+        assert!(parse("[search]\ntimeout = \"soon\"\n").is_err());
+    }
+}

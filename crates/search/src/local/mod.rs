@@ -1,0 +1,223 @@
+//! The `local` provider: BM25 over a folder of documents, or over the
+//! bundled corpus embedded in the binary (SPEC section 12, "Local search").
+//!
+//! The index is built once, in memory, when the provider is made
+//! ([`LocalIndex::from_dir`], [`LocalIndex::bundled`]); searching is
+//! synchronous and allocation-light. Ranking (tokenizing with stemming and
+//! English stop words, BM25 weights, the inverted index) is the `bm25`
+//! crate's; this module only turns files into passages ([`parse`]) and
+//! passages back into [`Source`]s.
+//!
+//! Each passage is indexed as its title, heading and text together, so a
+//! country's name in the title counts for every passage about it.
+//!
+//! Files: see [`parse`] for the formats. Files with other extensions and
+//! hidden files (`.name`) are ignored; a file that cannot be read (no
+//! permission, not UTF-8, a dangling link) is skipped with a `warn` log
+//! naming it. A folder with no passages at all is a start-up error.
+
+mod bundled;
+mod parse;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use bm25::{Embedder, EmbedderBuilder, Language, Scorer};
+
+use crate::{BoxFuture, Provider, SearchError, SearchQuery, SetupError, Source};
+
+/// A BM25 index over passages.
+pub struct LocalIndex {
+    passages: Vec<Source>,
+    embedder: Embedder<u32>,
+    scorer: Scorer<usize, u32>,
+}
+
+impl fmt::Debug for LocalIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalIndex")
+            .field("passages", &self.passages.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalIndex {
+    /// The index over the bundled corpus (CIA World Factbook passages and
+    /// the project's README; see `crates/search/corpus/README.md`).
+    #[must_use]
+    pub fn bundled() -> LocalIndex {
+        let mut passages = Vec::new();
+        for (name, text) in bundled::FILES {
+            add_document(&mut passages, name, &format!("bundled:{name}"), text);
+        }
+        LocalIndex::new(passages)
+    }
+
+    /// The index over the documents under `dir` (recursively).
+    ///
+    /// # Errors
+    ///
+    /// A [`SetupError`] when `dir` cannot be listed or yields no passages.
+    pub fn from_dir(dir: &Path) -> Result<LocalIndex, SetupError> {
+        let shown = dir.display();
+        let mut files = Vec::new();
+        walk(dir, &mut files).map_err(|e| {
+            SetupError::new(format!(
+                "search.local.path {shown}: cannot read the folder: {e}"
+            ))
+        })?;
+        files.sort();
+        let mut passages = Vec::new();
+        for file in &files {
+            let name = file.display().to_string();
+            let text = match std::fs::read_to_string(file) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!(file = %name, error = %e, "local search: skipping unreadable file");
+                    continue;
+                }
+            };
+            let url = file_url(file);
+            add_document(&mut passages, &name, &url, &text);
+        }
+        if passages.is_empty() {
+            return Err(SetupError::new(format!(
+                "search.local.path {shown}: no passages found (the folder has no readable .md, .markdown, .txt or .jsonl documents with text)"
+            )));
+        }
+        Ok(LocalIndex::new(passages))
+    }
+
+    /// The index over `passages` as given (each one's `title`, `heading`
+    /// and `text` are searched).
+    #[must_use]
+    pub fn new(passages: Vec<Source>) -> LocalIndex {
+        let texts: Vec<String> = passages.iter().map(indexed_text).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let embedder = EmbedderBuilder::<u32>::with_fit_to_corpus(Language::English, &refs).build();
+        let mut scorer = Scorer::new();
+        for (i, t) in refs.iter().enumerate() {
+            scorer.upsert(&i, embedder.embed(t));
+        }
+        LocalIndex {
+            passages,
+            embedder,
+            scorer,
+        }
+    }
+
+    /// The number of passages indexed.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.passages.len()
+    }
+
+    /// True when no passage is indexed.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.passages.is_empty()
+    }
+
+    /// The `limit` best passages for `query`, best first (only passages
+    /// sharing at least one term with the query).
+    #[must_use]
+    pub fn search(&self, query: &str, limit: usize) -> Vec<Source> {
+        let q = self.embedder.embed(query);
+        self.scorer
+            .matches(&q)
+            .into_iter()
+            .take(limit)
+            .filter_map(|m| self.passages.get(m.id).cloned())
+            .collect()
+    }
+}
+
+impl Provider for LocalIndex {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn search<'a>(
+        &'a self,
+        query: &'a SearchQuery,
+        max_results: usize,
+    ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>> {
+        Box::pin(std::future::ready(Ok(LocalIndex::search(
+            self,
+            &query.text,
+            max_results,
+        ))))
+    }
+}
+
+fn indexed_text(s: &Source) -> String {
+    let parts = [&s.title, &s.heading, &s.text];
+    let mut t = String::new();
+    for p in parts.into_iter().flatten() {
+        t.push_str(p);
+        t.push('\n');
+    }
+    t
+}
+
+/// Adds the passages of one file, by extension.
+fn add_document(passages: &mut Vec<Source>, name: &str, url: &str, text: &str) {
+    if name.ends_with(".jsonl") {
+        let (sources, errors) = parse::jsonl(text);
+        for (line, error) in errors {
+            tracing::warn!(file = %name, line, error = %error, "local search: skipping a line that is not a source object");
+        }
+        passages.extend(sources);
+    } else {
+        passages.extend(parse::markdown(name, url, text));
+    }
+}
+
+const EXTENSIONS: [&str; 4] = ["md", "markdown", "txt", "jsonl"];
+
+/// Collects the document files under `dir`; unreadable subfolders are
+/// skipped with a warning, an unreadable `dir` is an error.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if hidden {
+            continue;
+        }
+        // `metadata` follows links; a dangling link fails here and is
+        // reported when read, like any unreadable file.
+        if path.metadata().is_ok_and(|m| m.is_dir()) {
+            if let Err(e) = walk(&path, out) {
+                tracing::warn!(folder = %path.display(), error = %e, "local search: skipping unreadable folder");
+            }
+        } else if path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+        {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// `file://` URL of a path (absolute when it can be made so; spaces and
+/// `#`/`%`/`?` escaped).
+fn file_url(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut url = String::from("file://");
+    for c in abs.to_string_lossy().chars() {
+        match c {
+            ' ' => url.push_str("%20"),
+            '#' => url.push_str("%23"),
+            '%' => url.push_str("%25"),
+            '?' => url.push_str("%3F"),
+            '\\' => url.push('/'),
+            c => url.push(c),
+        }
+    }
+    url
+}

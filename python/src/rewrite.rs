@@ -1,0 +1,374 @@
+//! The response side: `Sources`, `ChatRewriter`, `MessagesRewriter`,
+//! `rewrite_body`.
+//!
+//! Each streaming class owns one core rewriter ([`citestream::ChatStream`],
+//! [`citestream::MessagesStream`]) and follows its call order: any number of
+//! `feed(piece)` calls, each returning the output that piece completed, then
+//! one `finish()` returning the rest. Output bytes are exactly what the core
+//! (and so `citestream rewrite`) produces for the same input, however the
+//! input is split.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
+
+use citestream::{Dialect, OffsetUnit, RewriteOptions, StreamRewriter};
+
+use crate::errors::{CitestreamError, SourcesError, bytes_arg};
+
+/// The numbered sources of one request (SPEC section 2), validated and with
+/// their output fragments serialized once.
+#[pyclass(module = "citestream._native", name = "Sources", frozen)]
+#[derive(Debug)]
+pub(crate) struct PySources {
+    pub(crate) inner: Arc<citestream::Sources>,
+}
+
+#[pymethods]
+impl PySources {
+    /// `Sources(data)`: `data` is a list (or tuple) of dicts with the
+    /// optional keys `title`, `url`, `text`, `heading`, `author`, `year`,
+    /// `reference`, or the same as JSON (`str`, `bytes`). Sources are
+    /// numbered from 1 in the given order.
+    ///
+    /// Raises `SourcesError` when it is not an array of objects or a field
+    /// has the wrong type, `TypeError` for any other kind of argument.
+    #[new]
+    fn new(data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(PySources {
+            inner: Arc::new(parse_sources(data)?),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<citestream.Sources: {} source(s)>", self.inner.len())
+    }
+
+    /// The top-level `sources` array the rewriters add, as JSON text:
+    /// `[{"index","title","url"}, ...]`.
+    fn sources_json(&self) -> String {
+        self.inner.sources_json().to_owned()
+    }
+
+    /// The top-level `citations` array (SPEC section 8), as JSON text, one
+    /// entry per source.
+    fn citations_json(&self) -> String {
+        self.inner.citations_json(|_| true)
+    }
+
+    /// The sources as a list of dicts (missing fields left out).
+    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for s in self.inner.list() {
+            let d = PyDict::new(py);
+            for (k, v) in [
+                ("title", &s.title),
+                ("url", &s.url),
+                ("text", &s.text),
+                ("heading", &s.heading),
+                ("author", &s.author),
+                ("year", &s.year),
+                ("reference", &s.reference),
+            ] {
+                if let Some(v) = v {
+                    d.set_item(k, v)?;
+                }
+            }
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+}
+
+/// Parses what `Sources(...)` accepts.
+fn parse_sources(data: &Bound<'_, PyAny>) -> PyResult<citestream::Sources> {
+    let json: Vec<u8> = if data.is_instance_of::<PyList>() || data.is_instance_of::<PyTuple>() {
+        // json.dumps does the Python → JSON mapping; the core validates.
+        let dumps = data.py().import("json")?.getattr("dumps")?;
+        match dumps.call1((data,)) {
+            Ok(s) => s.extract::<String>()?.into_bytes(),
+            Err(e) => {
+                return Err(SourcesError::new_err(format!(
+                    "invalid sources: not JSON-serializable: {}",
+                    e.value(data.py())
+                )));
+            }
+        }
+    } else if let Ok(s) = data.cast::<PyString>() {
+        s.to_cow()?.as_bytes().to_vec()
+    } else if data.is_instance_of::<PyBytes>() || data.is_instance_of::<PyByteArray>() {
+        bytes_arg(data, "sources")?.to_vec()
+    } else {
+        let ty = data
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        return Err(PyTypeError::new_err(format!(
+            "sources must be a list of dicts, a JSON str or bytes, or a Sources, not {ty}"
+        )));
+    };
+    citestream::Sources::from_json(&json).map_err(|e| SourcesError::new_err(e.to_string()))
+}
+
+/// A `Sources` instance, or anything its constructor accepts.
+pub(crate) fn sources_arg(data: &Bound<'_, PyAny>) -> PyResult<Arc<citestream::Sources>> {
+    if let Ok(s) = data.cast::<PySources>() {
+        return Ok(s.get().inner.clone());
+    }
+    Ok(Arc::new(parse_sources(data)?))
+}
+
+/// Builds the core options from the keyword arguments every rewriter takes.
+pub(crate) fn options(
+    dialect: &str,
+    offsets: &str,
+    n: i64,
+    only_cited: bool,
+) -> PyResult<RewriteOptions> {
+    let d = match dialect {
+        "sources" => Dialect::SOURCES,
+        "citations" => Dialect::CITATIONS,
+        "both" => Dialect::BOTH,
+        other => {
+            return Err(CitestreamError::new_err(format!(
+                "dialect must be 'sources', 'citations' or 'both', not {other:?}"
+            )));
+        }
+    };
+    let o: OffsetUnit = offsets.parse().map_err(|_| {
+        CitestreamError::new_err(format!(
+            "offsets must be 'chars', 'utf16' or 'bytes', not {offsets:?}"
+        ))
+    })?;
+    let n = u32::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| {
+        CitestreamError::new_err(format!("n must be between 1 and {}, not {n}", u32::MAX))
+    })?;
+    let mut opts = RewriteOptions::new();
+    opts.dialect(d).offsets(o).n(n).only_cited(only_cited);
+    Ok(opts)
+}
+
+/// Feeds `input` (when given) or finishes, and returns all output.
+fn drive<R: StreamRewriter + Send>(py: Python<'_>, r: &mut R, input: Option<Bytes>) -> Vec<u8> {
+    let large = input_len(&input) >= crate::DETACH_AT;
+    let work = |r: &mut R| {
+        match input {
+            Some(b) => r.feed(b),
+            None => r.finish(),
+        }
+        let mut out = Vec::new();
+        while let Some(b) = r.next_output() {
+            out.extend_from_slice(&b);
+        }
+        out
+    };
+    if large {
+        py.detach(|| work(r))
+    } else {
+        work(r)
+    }
+}
+
+fn input_len(input: &Option<Bytes>) -> usize {
+    input.as_ref().map_or(0, Bytes::len)
+}
+
+/// The state shared by both streaming classes.
+#[derive(Debug)]
+struct Stream<R> {
+    inner: R,
+    finished: bool,
+}
+
+impl<R: StreamRewriter + Send> Stream<R> {
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let input = bytes_arg(data, "data")?;
+        if self.finished {
+            return Err(CitestreamError::new_err(
+                "feed() after finish(): the rewriter is done",
+            ));
+        }
+        let out = drive(py, &mut self.inner, Some(input));
+        Ok(PyBytes::new(py, &out))
+    }
+
+    fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        if self.finished {
+            return PyBytes::new(py, b"");
+        }
+        self.finished = true;
+        let out = drive(py, &mut self.inner, None);
+        PyBytes::new(py, &out)
+    }
+}
+
+/// Rewrites an OpenAI `/v1/chat/completions` SSE stream (SPEC section 6).
+#[pyclass(module = "citestream._native")]
+#[derive(Debug)]
+pub(crate) struct ChatRewriter {
+    s: Stream<citestream::ChatStream>,
+}
+
+#[pymethods]
+impl ChatRewriter {
+    /// `ChatRewriter(sources, *, dialect="sources", offsets="chars", n=1,
+    /// only_cited=False)`.
+    #[new]
+    #[pyo3(signature = (sources, *, dialect = "sources", offsets = "chars", n = 1, only_cited = false))]
+    fn new(
+        sources: &Bound<'_, PyAny>,
+        dialect: &str,
+        offsets: &str,
+        n: i64,
+        only_cited: bool,
+    ) -> PyResult<Self> {
+        let opts = options(dialect, offsets, n, only_cited)?;
+        Ok(ChatRewriter {
+            s: Stream {
+                inner: citestream::ChatStream::new(sources_arg(sources)?, opts),
+                finished: false,
+            },
+        })
+    }
+
+    /// Feeds the next piece of the upstream stream (split anywhere) and
+    /// returns the rewritten bytes it completed (possibly empty).
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        self.s.feed(py, data)
+    }
+
+    /// Ends the stream and returns the rest of the output. A second call
+    /// returns `b""`.
+    fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        self.s.finish(py)
+    }
+
+    /// True once the top-level `sources`/`citations` went out.
+    #[getter]
+    fn sources_emitted(&self) -> bool {
+        self.s.inner.sources_emitted()
+    }
+}
+
+/// Rewrites an Anthropic `/v1/messages` SSE stream (SPEC section 7).
+#[pyclass(module = "citestream._native")]
+#[derive(Debug)]
+pub(crate) struct MessagesRewriter {
+    s: Stream<citestream::MessagesStream>,
+}
+
+#[pymethods]
+impl MessagesRewriter {
+    /// `MessagesRewriter(sources, *, dialect="sources", offsets="chars",
+    /// n=1, only_cited=False)`. `n` is accepted for symmetry with the chat
+    /// rewriter and the CLI; a messages response has one answer.
+    #[new]
+    #[pyo3(signature = (sources, *, dialect = "sources", offsets = "chars", n = 1, only_cited = false))]
+    fn new(
+        sources: &Bound<'_, PyAny>,
+        dialect: &str,
+        offsets: &str,
+        n: i64,
+        only_cited: bool,
+    ) -> PyResult<Self> {
+        let opts = options(dialect, offsets, n, only_cited)?;
+        Ok(MessagesRewriter {
+            s: Stream {
+                inner: citestream::MessagesStream::new(sources_arg(sources)?, opts),
+                finished: false,
+            },
+        })
+    }
+
+    /// Feeds the next piece of the upstream stream and returns the
+    /// rewritten bytes it completed (possibly empty).
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        self.s.feed(py, data)
+    }
+
+    /// Ends the stream and returns the rest of the output.
+    fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        self.s.finish(py)
+    }
+
+    /// True once the top-level `sources`/`citations` went out.
+    #[getter]
+    fn sources_emitted(&self) -> bool {
+        self.s.inner.sources_emitted()
+    }
+}
+
+/// Parses `chat` / `messages`.
+pub(crate) fn endpoint_arg(endpoint: &str) -> PyResult<citestream::Endpoint> {
+    match endpoint {
+        "chat" => Ok(citestream::Endpoint::ChatCompletions),
+        "messages" => Ok(citestream::Endpoint::Messages),
+        other => Err(CitestreamError::new_err(format!(
+            "endpoint must be 'chat' or 'messages', not {other:?}"
+        ))),
+    }
+}
+
+/// Rewrites a whole (non-streamed) response body. Bodies the rewriter does
+/// not own (error bodies, invalid JSON) come back unchanged.
+#[pyfunction]
+#[pyo3(signature = (body, sources, *, endpoint = "chat", dialect = "sources", offsets = "chars", n = 1, only_cited = false))]
+#[allow(clippy::too_many_arguments)]
+fn rewrite_body<'py>(
+    py: Python<'py>,
+    body: &Bound<'py, PyAny>,
+    sources: &Bound<'py, PyAny>,
+    endpoint: &str,
+    dialect: &str,
+    offsets: &str,
+    n: i64,
+    only_cited: bool,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let body = bytes_arg(body, "body")?;
+    let sources = sources_arg(sources)?;
+    let opts = options(dialect, offsets, n, only_cited)?;
+    let ep = endpoint_arg(endpoint)?;
+    let work = || -> Vec<u8> {
+        match ep {
+            citestream::Endpoint::ChatCompletions => {
+                citestream::chat::rewrite_body(&body, &sources, &opts).into_owned()
+            }
+            citestream::Endpoint::Messages => {
+                citestream::messages::rewrite_body(&body, &sources, &opts).into_owned()
+            }
+        }
+    };
+    let out = if body.len() >= crate::DETACH_AT {
+        py.detach(work)
+    } else {
+        work()
+    };
+    Ok(PyBytes::new(py, &out))
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySources>()?;
+    m.add_class::<ChatRewriter>()?;
+    m.add_class::<MessagesRewriter>()?;
+    m.add_function(wrap_pyfunction!(rewrite_body, m)?)?;
+    Ok(())
+}
