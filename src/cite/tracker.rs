@@ -16,7 +16,7 @@ use super::{Marker, OffsetUnit};
 /// The tracker keeps a few counters, at most 3 bytes of an incomplete UTF-8
 /// sequence, the markers held back by an undecided code span, the lengths
 /// of nested undecided spans and the markers found; never the content. See
-/// the [module documentation](self) for the rules and the design.
+/// the [module documentation](crate::cite) for the rules and the design.
 ///
 /// # Example
 ///

@@ -130,10 +130,10 @@ impl fmt::Debug for Event {
     }
 }
 
-/// A piece of the input handed out by [`Parser::next_frame`].
+/// A piece of the input handed out by [`Parser::next_frame`](super::Parser::next_frame).
 ///
 /// Every input byte belongs to exactly one frame (or to the tail returned by
-/// [`Parser::finish`]); concatenating the raw bytes of all frames in order
+/// [`Parser::finish`](super::Parser::finish)); concatenating the raw bytes of all frames in order
 /// gives back the input. A proxy forwards [`Frame::raw`] for every frame it
 /// does not change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,7 +143,7 @@ pub enum Frame {
     /// A complete block that dispatched nothing: only comments, blank lines,
     /// `event`/`id`/`retry`/unknown fields without `data`.
     Skipped(Bytes),
-    /// Part of a block larger than [`Config::max_event_size`]: forwarded
+    /// Part of a block larger than [`Config::max_event_size`](super::Config::max_event_size): forwarded
     /// unchanged, never interpreted or dispatched.
     Oversized(Bytes),
     /// A lone LF that completes the CRLF whose CR ended the previous frame
@@ -172,7 +172,7 @@ pub(super) enum Data {
     Many,
 }
 
-/// What kind of frame [`Parser::next_frame_ref`] found.
+/// What kind of frame [`Parser::next_frame_ref`](super::Parser::next_frame_ref) found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FrameKind {
     /// A dispatched event ([`Frame::Event`]).
@@ -194,7 +194,7 @@ pub(super) enum Loc {
     Owned,
 }
 
-/// A borrowed view of the next frame ([`Parser::next_frame_ref`]): the same
+/// A borrowed view of the next frame ([`Parser::next_frame_ref`](super::Parser::next_frame_ref)): the same
 /// information as a [`Frame`], without creating any `Bytes` (no reference
 /// count is touched). Valid until the parser is used again.
 #[derive(Clone, Debug)]
@@ -303,7 +303,7 @@ impl<'a> FrameRef<'a> {
     }
 
     /// The owned [`Frame`] for this view (what
-    /// [`Parser::next_frame`] would have returned).
+    /// [`Parser::next_frame`](super::Parser::next_frame) would have returned).
     #[must_use]
     pub fn to_frame(&self) -> Frame {
         let raw = self.raw_bytes();
