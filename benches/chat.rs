@@ -16,7 +16,7 @@
 //!   `text_delta` events; `messages/fixtures`: the `anthropic_*` recordings.
 //!   citestream (`MessagesStream`) vs `naive`.
 //!
-//! Read sizes 1 B, 1460 B, 16 KiB and whole. Pieces are slices of one
+//! Read sizes: one read per event, 1 B, 1460 B, 16 KiB and whole. Pieces are slices of one
 //! shared `Bytes` per stream, prepared before timing. One iteration: a
 //! fresh rewriter per stream, every piece fed, every output drained (the
 //! lengths summed into `black_box`). Before timing, the setup asserts that
@@ -40,8 +40,10 @@ use criterion::{criterion_group, criterion_main, measurement::WallTime};
 
 use common::chat::{self, Setup, Streams};
 
-/// Read sizes: label and piece length (`None`: whole).
-const READS: [(&str, Option<usize>); 4] = [
+/// Read sizes: label and piece length (`None`: whole; see
+/// `common::READ_SIZES`).
+const READS: [(&str, Option<usize>); 5] = [
+    ("event", common::EVENT_READS),
     ("1", Some(1)),
     ("1460", Some(1460)),
     ("16384", Some(16 << 10)),

@@ -4,7 +4,7 @@
 //! * `sse/openai_4000`: a generated OpenAI chat stream of 4,000 content
 //!   chunks (about 250 bytes per event), and `sse/upstream_fixtures`: every
 //!   recorded stream in `tests/fixtures/upstream/` concatenated; each at
-//!   read sizes 1 B, 64 B, 1460 B, 16 KiB and whole.
+//!   read sizes: one read per event, 1 B, 64 B, 1460 B, 16 KiB and whole.
 //! * `sse/long_line`: one event with a single 8 MiB `data` line, in 1460-byte
 //!   reads and in one read (the linear-time check). `eventsource-stream`
 //!   copies its buffer on every line and re-scans a partial line on every

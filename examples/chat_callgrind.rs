@@ -9,7 +9,7 @@
 //!   impl:     citestream | naive | conventional (chat only)
 //!   input:    openai_obfuscation_4000 | openai_4000 | fixtures (chat)
 //!             anthropic_4000 | fixtures (messages)
-//!   read:     piece size in bytes, or `whole`
+//!   read:     piece size in bytes, `event` (one read per event) or `whole`
 //!   repeat:   run this many times (default 1; for `perf record`)
 //! ```
 //!
@@ -51,6 +51,7 @@ fn main() {
     };
     let size = match read.as_str() {
         "whole" => None,
+        "event" => common::EVENT_READS,
         n => match n.parse::<usize>() {
             Ok(n) if n > 0 => Some(n),
             _ => usage(&format!("bad read size {n:?}")),

@@ -7,7 +7,7 @@
 //! sse_callgrind <parser> <input> <read> [repeat]
 //!   parser: citestream | citestream-ref | sse-stream | sse-stream-body | eventsource-stream
 //!   input:  openai_4000 | upstream_fixtures | long_line_<KiB>
-//!   read:   piece size in bytes, or `whole`
+//!   read:   piece size in bytes, `event` (one read per event) or `whole`
 //!   repeat: run the parse this many times (default 1; for `perf record`)
 //! ```
 //!
@@ -66,6 +66,7 @@ fn main() {
     };
     let size = match read.as_str() {
         "whole" => None,
+        "event" => common::EVENT_READS,
         n => match n.parse::<usize>() {
             Ok(n) if n > 0 => Some(n),
             _ => usage(&format!("bad read size {n:?}")),

@@ -14,7 +14,8 @@
 #                                       (examples/chat_callgrind.rs: ChatStream
 #                                       and MessagesStream vs the naive and
 #                                       conventional gateway baselines)
-#   READS="1460 16384"                  read sizes for the two streams
+#   READS="event 1460 16384"            read sizes (`event`: one read per SSE event;
+#                                       also 1, 64, whole)
 #   INPUTS="openai_4000 upstream_fixtures"
 #   PARSERS="citestream citestream-ref sse-stream eventsource-stream"
 #   LONG=1                              also the long-line check (default on)
@@ -24,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-READS=${READS:-"1460 16384"}
+READS=${READS:-"event 1460 16384"}
 INPUTS=${INPUTS:-"openai_4000 upstream_fixtures"}
 PARSERS=${PARSERS:-"citestream citestream-ref sse-stream eventsource-stream"}
 LONG=${LONG:-1}
@@ -40,8 +41,9 @@ if [[ ${SUITE:-sse} == chat ]]; then
     # Instructions per chunk (input event with data) for each rewriter and
     # baseline, inside `measured` only (fresh rewriter per stream, every
     # piece fed, every output drained; inputs built and split outside).
-    #   READS="1460 16384"   CHAT_INPUTS / MESSAGES_INPUTS as below
-    READS=${READS:-"1460 16384"}
+    #   READS, CHAT_INPUTS / MESSAGES_INPUTS as below; CHAT_IMPLS /
+    #   MESSAGES_IMPLS to run fewer implementations (the first is the base)
+    READS=${READS:-"event 1460 16384"}
     CHAT_INPUTS=${CHAT_INPUTS:-"openai_obfuscation_4000 openai_4000 fixtures"}
     MESSAGES_INPUTS=${MESSAGES_INPUTS:-"anthropic_4000 fixtures"}
     bin=$(cargo build --profile bench --example chat_callgrind --message-format=json-render-diagnostics \
@@ -55,9 +57,9 @@ if [[ ${SUITE:-sse} == chat ]]; then
     echo "|---|---|---|---|---|---:|---:|---:|---:|"
     for endpoint in chat messages; do
         if [[ $endpoint == chat ]]; then
-            inputs=$CHAT_INPUTS impls="citestream naive conventional"
+            inputs=$CHAT_INPUTS impls=${CHAT_IMPLS:-"citestream naive conventional"}
         else
-            inputs=$MESSAGES_INPUTS impls="citestream naive"
+            inputs=$MESSAGES_INPUTS impls=${MESSAGES_IMPLS:-"citestream naive"}
         fi
         for input in $inputs; do
             for read in $READS; do

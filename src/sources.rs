@@ -211,13 +211,29 @@ impl Sources {
     /// Panics if `number` is 0 or greater than [`Sources::len`]; the marker
     /// tracker only reports numbers in range.
     pub fn push_annotation(&self, out: &mut Vec<u8>, number: u32, start: u64, end: u64) {
-        out.extend_from_slice(b"{\"type\":\"url_citation\",\"url_citation\":{\"start_index\":");
+        out.extend_from_slice(ANNOTATION_HEAD);
         push_u64(out, start);
-        out.extend_from_slice(b",\"end_index\":");
+        out.extend_from_slice(ANNOTATION_END);
         push_u64(out, end);
         out.push(b',');
         out.extend_from_slice(self.url_citation_members[number as usize - 1].as_bytes());
         out.extend_from_slice(b"}}");
+    }
+
+    /// The number of bytes [`push_annotation`](Self::push_annotation)
+    /// appends (so a buffer can be sized exactly).
+    ///
+    /// # Panics
+    /// As `push_annotation`.
+    #[must_use]
+    pub fn annotation_len(&self, number: u32, start: u64, end: u64) -> usize {
+        ANNOTATION_HEAD.len()
+            + u64_len(start)
+            + ANNOTATION_END.len()
+            + u64_len(end)
+            + 1
+            + self.url_citation_members[number as usize - 1].len()
+            + 2
     }
 
     /// The top-level `citations` array as JSON (SPEC section 8): one entry per
@@ -256,6 +272,14 @@ impl Sources {
         out.push(']');
         out
     }
+}
+
+const ANNOTATION_HEAD: &[u8] = b"{\"type\":\"url_citation\",\"url_citation\":{\"start_index\":";
+const ANNOTATION_END: &[u8] = b",\"end_index\":";
+
+/// The number of decimal digits of `v`.
+fn u64_len(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 fn push_u64(out: &mut Vec<u8>, v: u64) {
@@ -312,6 +336,21 @@ mod tests {
         let a: serde_json::Value = serde_json::from_slice(&a).unwrap();
         assert_eq!(a["url_citation"]["start_index"], 66);
         assert_eq!(a["url_citation"]["url"], "https://a/");
+    }
+
+    #[test]
+    fn annotation_len_is_exact() {
+        let s =
+            Sources::from_json(br#"[{"title":"A \"q\" \u00e9","url":"https://a/"},{}]"#).unwrap();
+        for (n, start, end) in [(1, 0, 0), (2, 9, 10), (1, 99, 100), (2, 12_345, u64::MAX)] {
+            let mut out = Vec::new();
+            s.push_annotation(&mut out, n, start, end);
+            assert_eq!(
+                out.len(),
+                s.annotation_len(n, start, end),
+                "{n} {start} {end}"
+            );
+        }
     }
 
     #[test]

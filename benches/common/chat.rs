@@ -498,6 +498,23 @@ pub(crate) fn citestream_chat(setup: &Setup, pieces: &[Bytes], sink: &mut impl F
     }
 }
 
+/// [`ChatStream`] over one stream's pieces, fed with `feed_slice` (the
+/// caller keeps its buffers: the small-read path).
+#[inline(never)]
+pub(crate) fn citestream_chat_slice(setup: &Setup, pieces: &[Bytes], sink: &mut impl FnMut(Bytes)) {
+    let mut rw = ChatStream::new(setup.sources.clone(), setup.opts.clone());
+    for piece in pieces {
+        rw.feed_slice(piece);
+        while let Some(b) = rw.next_output() {
+            sink(b);
+        }
+    }
+    rw.finish();
+    while let Some(b) = rw.next_output() {
+        sink(b);
+    }
+}
+
 /// [`MessagesStream`] over one stream's pieces.
 #[inline(never)]
 pub(crate) fn citestream_messages(setup: &Setup, pieces: &[Bytes], sink: &mut impl FnMut(Bytes)) {
@@ -930,6 +947,7 @@ pub(crate) fn run(endpoint: &str, implementation: &str, setup: &Setup, streams: 
     for pieces in streams {
         match (endpoint, implementation) {
             ("chat", "citestream") => citestream_chat(setup, pieces, &mut sink),
+            ("chat", "citestream-slice") => citestream_chat_slice(setup, pieces, &mut sink),
             ("chat", "naive") => naive_chat(setup, pieces, &mut sink),
             ("chat", "conventional") => conventional_chat(setup, pieces, &mut sink),
             ("messages", "citestream") => citestream_messages(setup, pieces, &mut sink),

@@ -12,10 +12,16 @@ use std::path::Path;
 
 use bytes::Bytes;
 
+/// The piece length that means "one read per SSE event" (see [`split`]).
+pub(crate) const EVENT_READS: Option<usize> = Some(0);
+
 /// Read sizes the benches feed the parsers with: label and piece length
-/// (`None`: the whole input in one piece). 1460 B is a typical TCP payload
-/// on an Ethernet MTU; 16 KiB a typical TLS record / hyper read.
-pub(crate) const READ_SIZES: [(&str, Option<usize>); 5] = [
+/// (`None`: the whole input in one piece; [`EVENT_READS`]: one piece per
+/// event). 1460 B is a typical TCP payload on an Ethernet MTU; 16 KiB a
+/// typical TLS record / hyper read; event-sized reads are what an HTTP
+/// client hands out for an LLM stream whose server flushes every event.
+pub(crate) const READ_SIZES: [(&str, Option<usize>); 6] = [
+    ("event", EVENT_READS),
     ("1", Some(1)),
     ("64", Some(64)),
     ("1460", Some(1460)),
@@ -23,8 +29,9 @@ pub(crate) const READ_SIZES: [(&str, Option<usize>); 5] = [
     ("whole", None),
 ];
 
-/// Splits `input` into pieces of `size` bytes (the last one shorter), or one
-/// piece when `size` is `None`.
+/// Splits `input` into pieces of `size` bytes (the last one shorter), one
+/// piece when `size` is `None`, or one piece per event (cut after each
+/// blank line) for [`EVENT_READS`].
 ///
 /// The pieces are slices of one shared `Bytes`, as they are when a network
 /// stack hands out reads: cloning or slicing one costs an atomic reference
@@ -32,11 +39,40 @@ pub(crate) const READ_SIZES: [(&str, Option<usize>); 5] = [
 /// would give the zero-copy parser).
 pub(crate) fn split(input: &[u8], size: Option<usize>) -> Vec<Bytes> {
     let all = Bytes::copy_from_slice(input);
+    if size == EVENT_READS {
+        return event_cuts(input)
+            .windows(2)
+            .map(|w| all.slice(w[0]..w[1]))
+            .collect();
+    }
     let size = size.unwrap_or(input.len()).max(1);
     (0..input.len())
         .step_by(size)
         .map(|at| all.slice(at..(at + size).min(input.len())))
         .collect()
+}
+
+/// 0, the end of every blank line (`\n\n`, `\r\n\r\n`, `\r\r`), and
+/// `input.len()`.
+fn event_cuts(input: &[u8]) -> Vec<usize> {
+    let mut cuts = vec![0];
+    let mut i = 0;
+    while i < input.len() {
+        let blank = [&b"\r\n\r\n"[..], b"\n\n", b"\r\r"]
+            .into_iter()
+            .find(|t| input[i..].starts_with(t));
+        match blank {
+            Some(t) => {
+                i += t.len();
+                cuts.push(i);
+            }
+            None => i += 1,
+        }
+    }
+    if cuts.last() != Some(&input.len()) {
+        cuts.push(input.len());
+    }
+    cuts
 }
 
 /// A small deterministic generator (64-bit LCG, Knuth's MMIX constants) so

@@ -1,5 +1,6 @@
 //! `ChatStream` gives the same output whatever the chunking: one shot,
-//! split at arbitrary points, one byte at a time, and fed whole then
+//! split at arbitrary points, one byte at a time, as slices the caller
+//! keeps (`feed_slice`, the small-read path), and fed whole then
 //! finished before draining. Raw bytes or a chat-shaped stream built from
 //! the fuzz bytes (`chat_ref::chat_stream_from_fuzz`), any options, 0 to 4
 //! sources, with or without a small event size limit. Never panics.
@@ -70,6 +71,23 @@ fuzz_target!(|case: Case| {
         late.extend_from_slice(&b);
     }
     assert!(late == whole, "finish before draining differs");
+    // The small-read path: the same pieces as slices the caller keeps,
+    // drained as `drain` says.
+    let mut rw = new();
+    let mut slices = Vec::new();
+    for (i, p) in chat_ref::split_at(&input, &cuts).into_iter().enumerate() {
+        rw.feed_slice(p);
+        if case.drain.is_empty() || case.drain[i % case.drain.len()] {
+            while let Some(b) = rw.next_output() {
+                slices.extend_from_slice(&b);
+            }
+        }
+    }
+    rw.finish();
+    while let Some(b) = rw.next_output() {
+        slices.extend_from_slice(&b);
+    }
+    assert!(slices == whole, "feed_slice differs");
     if sources.is_empty() {
         assert!(whole == input, "no sources: output must be the input");
     }

@@ -107,6 +107,15 @@ pub(crate) fn add_top_level(
     }
 }
 
+/// The number of bytes [`push_annotations`] appends for `markers`.
+pub(crate) fn annotations_len(sources: &Sources, markers: &[Marker]) -> usize {
+    let items: usize = markers
+        .iter()
+        .map(|m| sources.annotation_len(m.number, m.start, m.end))
+        .sum();
+    2 + items + markers.len().saturating_sub(1)
+}
+
 /// Appends the `annotations` array for `markers` to `out`.
 pub(crate) fn push_annotations(out: &mut Vec<u8>, sources: &Sources, markers: &[Marker]) {
     out.push(b'[');

@@ -40,6 +40,12 @@ use crate::sse::{FrameKind, FrameRef, Parser};
 pub trait StreamRewriter {
     /// Queues an input piece (any size, split anywhere).
     fn feed(&mut self, chunk: Bytes);
+    /// Queues an input piece the caller keeps (copied as needed). The
+    /// streaming rewriters absorb tiny pieces without a reference count or
+    /// a parse (the small-read path).
+    fn feed_slice(&mut self, piece: &[u8]) {
+        self.feed(Bytes::copy_from_slice(piece));
+    }
     /// The next piece of output, or `None` when more input is needed.
     fn next_output(&mut self) -> Option<Bytes>;
     /// Ends the input; the rest of the output becomes available from
@@ -108,6 +114,12 @@ impl Out {
         self.queue.push_back(b);
     }
 
+    /// Nothing queued and no run open.
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty() && self.run.is_none()
+    }
+
     /// Ends the current run: it becomes the next queued output.
     #[inline]
     pub(crate) fn flush_run(&mut self) {
@@ -140,6 +152,9 @@ pub struct SseRewriter<H> {
     /// A separate value so it can change while the parser lends it a frame.
     h: H,
     ended: bool,
+    /// The last piece was absorbed by the small-read path with nothing
+    /// queued: `next_output` has nothing to do.
+    idle: bool,
 }
 
 impl<H> SseRewriter<H> {
@@ -148,6 +163,7 @@ impl<H> SseRewriter<H> {
             parser,
             h,
             ended: false,
+            idle: false,
         }
     }
 }
@@ -155,7 +171,25 @@ impl<H> SseRewriter<H> {
 impl<H: Handler> SseRewriter<H> {
     /// Queues an input piece (any size, split anywhere).
     pub fn feed(&mut self, chunk: Bytes) {
-        self.parser.feed(chunk);
+        if self.parser.absorb(&chunk) {
+            self.idle = self.h.out().is_empty();
+            return;
+        }
+        self.idle = false;
+        self.parser.queue_piece(chunk);
+    }
+
+    /// Queues an input piece the caller keeps: a tiny piece in the middle
+    /// of a line (the small-read path: a byte or a few at a time) costs an
+    /// append, no reference count and no parse; anything else is copied
+    /// into a new piece.
+    pub fn feed_slice(&mut self, piece: &[u8]) {
+        if self.parser.absorb(piece) {
+            self.idle = self.h.out().is_empty();
+            return;
+        }
+        self.idle = false;
+        self.parser.queue_piece(Bytes::copy_from_slice(piece));
     }
 
     /// The next piece of output, or `None` when more input is needed.
@@ -165,6 +199,9 @@ impl<H: Handler> SseRewriter<H> {
     /// `None` is returned, so nothing is held back.
     #[must_use]
     pub fn next_output(&mut self) -> Option<Bytes> {
+        if self.idle {
+            return None;
+        }
         loop {
             if let Some(b) = self.h.out().pop() {
                 return Some(b);
@@ -184,6 +221,7 @@ impl<H: Handler> SseRewriter<H> {
     /// unterminated last event's bytes) is queued for
     /// [`next_output`](Self::next_output).
     pub fn finish(&mut self) {
+        self.idle = false;
         // Handle complete frames first (a caller may call `finish` without
         // draining).
         while let Some(f) = self.parser.next_frame_ref() {
@@ -230,6 +268,9 @@ impl<H: Handler> fmt::Debug for SseRewriter<H> {
 impl<H: Handler> StreamRewriter for SseRewriter<H> {
     fn feed(&mut self, chunk: Bytes) {
         SseRewriter::feed(self, chunk);
+    }
+    fn feed_slice(&mut self, piece: &[u8]) {
+        SseRewriter::feed_slice(self, piece);
     }
     fn next_output(&mut self) -> Option<Bytes> {
         SseRewriter::next_output(self)
@@ -331,5 +372,48 @@ mod tests {
         assert_eq!(r.h.ended, 1);
         assert_eq!(drain(&mut r).concat(), b"data: a\n\ndata: unterminated");
         assert!(format!("{r:?}").starts_with("Echo { parser: "));
+    }
+
+    #[test]
+    fn tiny_pieces_and_slices_give_the_same_output() {
+        let input: &[u8] =
+            b"data: a\n\n: c\r\n\r\ndata: x\r\rdata: a longer line\n\nid: 7\ndata: b\n\ndata: tail";
+        let mut r = echo();
+        r.feed(Bytes::copy_from_slice(input));
+        r.finish();
+        let want = drain(&mut r).concat();
+        for size in [1, 2, 3, 16, 17] {
+            for slices in [false, true] {
+                let mut r = echo();
+                let mut out = Vec::new();
+                for piece in input.chunks(size) {
+                    if slices {
+                        r.feed_slice(piece);
+                    } else {
+                        r.feed(Bytes::copy_from_slice(piece));
+                    }
+                    out.extend(drain(&mut r));
+                }
+                r.finish();
+                out.extend(drain(&mut r));
+                assert_eq!(out.concat(), want, "size {size}, slices {slices}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_absorbed_piece_keeps_undrained_output() {
+        let mut r = echo();
+        r.feed(Bytes::from_static(b"data: a\n\ndata: x\n\n"));
+        let mut out = vec![r.next_output().unwrap()];
+        // Not drained to `None`: the rest must still come out.
+        r.feed_slice(b"da");
+        r.feed_slice(b"ta: b");
+        out.extend(drain(&mut r));
+        r.feed(Bytes::from_static(b"\n\n"));
+        out.extend(drain(&mut r));
+        r.finish();
+        out.extend(drain(&mut r));
+        assert_eq!(out.concat(), b"data: a\n\ndata: y\n\ndata: b\n\n");
     }
 }

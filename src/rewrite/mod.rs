@@ -87,6 +87,12 @@ impl StreamRewriter for Rewriter {
             Rewriter::Messages(r) => r.feed(chunk),
         }
     }
+    fn feed_slice(&mut self, piece: &[u8]) {
+        match self {
+            Rewriter::Chat(r) => r.feed_slice(piece),
+            Rewriter::Messages(r) => r.feed_slice(piece),
+        }
+    }
     fn next_output(&mut self) -> Option<Bytes> {
         match self {
             Rewriter::Chat(r) => r.next_output(),

@@ -179,38 +179,74 @@ impl Parser {
     /// Queues an input piece. Cheap: nothing is parsed until
     /// [`next_frame`](Parser::next_frame). Empty pieces are ignored.
     pub fn feed(&mut self, chunk: Bytes) {
+        if !self.absorb(&chunk) {
+            self.queue_piece(chunk);
+        }
+    }
+
+    /// The general path of [`feed`](Self::feed), after
+    /// [`absorb`](Self::absorb) declined the piece.
+    #[inline]
+    pub(crate) fn queue_piece(&mut self, chunk: Bytes) {
         let st = &mut self.st;
-        // Let go of the last gathered frame, so the gathering buffer can be
-        // reused once the caller has dropped its copy.
-        st.release_owned();
         if chunk.is_empty() {
             return;
         }
         if self.cur.is_empty() && st.queue.is_empty() {
-            // Tiny reads (a byte or a few at a time) in the middle of a
-            // line: gather them right away, exactly as `next_frame` would,
-            // without the scanning machinery. Anything with a line end, or
-            // that could reach the size limit, takes the general path.
-            if chunk.len() <= 16
-                && !st.after_cr
-                && st.bom.is_none()
-                && !st.discard
-                && st.partial.len() + chunk.len() <= st.max
-                && !chunk.iter().any(|&b| b == b'\n' || b == b'\r')
-            {
-                if let [b] = chunk[..] {
-                    st.partial.put_u8(b);
-                } else {
-                    st.partial.extend_from_slice(&chunk);
-                }
-                return;
-            }
             self.cur = chunk;
             st.pos = 0;
             st.start = 0;
             return;
         }
         st.queue.push_back(chunk);
+    }
+
+    /// Queues an input piece the caller keeps: the small-read path. A tiny
+    /// piece in the middle of a line (a byte or a few at a time, as a slow
+    /// connection or a 1-byte reader delivers it) is appended to the partial
+    /// line without any reference count or scanning; anything else is
+    /// copied into a new piece and fed.
+    pub fn feed_slice(&mut self, piece: &[u8]) {
+        if !self.absorb(piece) {
+            self.queue_piece(Bytes::copy_from_slice(piece));
+        }
+    }
+
+    /// The small-read path of [`feed`](Self::feed) and
+    /// [`feed_slice`](Self::feed_slice): with nothing left to scan, a piece
+    /// of at most 16 bytes without a line end, in the middle of a line
+    /// (not after a CR, not in the BOM, not discarding) that keeps the
+    /// block within the size limit, is gathered right away, exactly as
+    /// `next_frame` would gather it. Returns whether it was; then no frame
+    /// can be ready ([`next_frame`](Self::next_frame) would return `None`).
+    /// Empty pieces count as absorbed.
+    #[inline]
+    pub(crate) fn absorb(&mut self, piece: &[u8]) -> bool {
+        let st = &mut self.st;
+        // Let go of the last gathered frame, so the gathering buffer can be
+        // reused once the caller has dropped its copy.
+        st.release_owned();
+        let n = piece.len();
+        if n == 0 {
+            return true;
+        }
+        if n > 16
+            || !self.cur.is_empty()
+            || !st.queue.is_empty()
+            || st.after_cr
+            || st.discard
+            || st.bom.is_some()
+            || st.partial.len() + n > st.max
+        {
+            return false;
+        }
+        match *piece {
+            [b] if b != b'\n' && b != b'\r' => st.partial.put_u8(b),
+            [_] => return false,
+            _ if piece.iter().any(|&b| b == b'\n' || b == b'\r') => return false,
+            _ => st.partial.extend_from_slice(piece),
+        }
+        true
     }
 
     /// Ends the input. Returns the bytes of an unterminated last block (and

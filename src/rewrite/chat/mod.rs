@@ -52,7 +52,7 @@ use bytes::Bytes;
 use crate::cite::{Marker, MarkerTracker};
 use crate::json::{self, Invalid, Splice};
 use crate::rewrite::additions::{
-    Existing, add_top_level, cited_set, push_annotations, reframe, splice_event,
+    Existing, add_top_level, annotations_len, cited_set, push_annotations, reframe, splice_event,
 };
 use crate::rewrite::driver::{Handler, Out, SseRewriter};
 use crate::rewrite::{MAX_CHOICES, RewriteOptions};
@@ -411,25 +411,40 @@ impl ChatHandler {
         ending
     }
 
-    /// The synthesized chunk carrying choice `idx`'s annotations.
+    /// The synthesized chunk carrying choice `idx`'s annotations, framed
+    /// as an SSE event and written into a buffer of exactly its size (no
+    /// growth, no second copy: the memory it holds until the client reads
+    /// it is the bytes it takes on the wire).
     fn annotations_chunk(&self, envelope: &[u8], idx: u32) -> Bytes {
-        let mut data = Vec::with_capacity(256);
-        data.push(b'{');
-        data.extend_from_slice(envelope);
-        if !envelope.is_empty() {
-            data.push(b',');
+        const HEAD: &[u8] = b"\"choices\":[{\"index\":";
+        const DELTA: &[u8] = b",\"delta\":{\"annotations\":";
+        const TAIL: &[u8] = b"},\"finish_reason\":null}]}";
+        let markers = &self.choices[idx as usize].markers;
+        let index = idx.to_string();
+        let comma = usize::from(!envelope.is_empty());
+        let annotations = annotations_len(&self.sources, markers);
+        let len = b"data: {".len()
+            + envelope.len()
+            + comma
+            + HEAD.len()
+            + index.len()
+            + DELTA.len()
+            + annotations
+            + TAIL.len()
+            + b"\n\n".len();
+        let mut ev = Vec::with_capacity(len);
+        ev.extend_from_slice(b"data: {");
+        ev.extend_from_slice(envelope);
+        if comma == 1 {
+            ev.push(b',');
         }
-        data.extend_from_slice(b"\"choices\":[{\"index\":");
-        data.extend_from_slice(idx.to_string().as_bytes());
-        data.extend_from_slice(b",\"delta\":{\"annotations\":");
-        push_annotations(
-            &mut data,
-            &self.sources,
-            &self.choices[idx as usize].markers,
-        );
-        data.extend_from_slice(b"},\"finish_reason\":null}]}");
-        let mut ev = Vec::with_capacity(data.len() + 8);
-        sse::write_event(&mut ev, None, None, None, &data);
+        ev.extend_from_slice(HEAD);
+        ev.extend_from_slice(index.as_bytes());
+        ev.extend_from_slice(DELTA);
+        push_annotations(&mut ev, &self.sources, markers);
+        ev.extend_from_slice(TAIL);
+        ev.extend_from_slice(b"\n\n");
+        debug_assert_eq!((ev.len(), ev.capacity()), (len, len));
         Bytes::from(ev)
     }
 
