@@ -7,7 +7,8 @@
 //! chat_callgrind <endpoint> <impl> <input> <read> [repeat]
 //!   endpoint: chat | messages
 //!   impl:     citestream | naive | conventional (chat only)
-//!   input:    openai_obfuscation_4000 | openai_4000 | fixtures (chat)
+//!   input:    openai_obfuscation_4000 | openai_4000 | openai_n3_4000 |
+//!             perplexity_4000 | fixtures (chat)
 //!             anthropic_4000 | fixtures (messages)
 //!   read:     piece size in bytes, `event` (one read per event) or `whole`
 //!   repeat:   run this many times (default 1; for `perf record`)
@@ -44,6 +45,8 @@ fn main() {
     let streams: Vec<Vec<u8>> = match (endpoint.as_str(), input.as_str()) {
         ("chat", "openai_obfuscation_4000") => vec![chat::chat_stream(4000, true)],
         ("chat", "openai_4000") => vec![chat::chat_stream(4000, false)],
+        ("chat", "openai_n3_4000") => vec![chat::chat_stream_n3(4000)],
+        ("chat", "perplexity_4000") => vec![chat::perplexity_stream(4000)],
         ("chat", "fixtures") => chat::fixtures(false).into_iter().map(|f| f.1).collect(),
         ("messages", "anthropic_4000") => vec![chat::messages_stream(4000)],
         ("messages", "fixtures") => chat::fixtures(true).into_iter().map(|f| f.1).collect(),

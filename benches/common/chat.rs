@@ -177,6 +177,79 @@ pub(crate) fn chat_stream(events: usize, obfuscate: bool) -> Vec<u8> {
     out
 }
 
+/// [`chat_stream`]'s gpt-4o stream with `n` = 3: role chunks for the three
+/// choices, then `events` content chunks whose choice index cycles 0, 1, 2
+/// (one choice per chunk, interleaved, as api.openai.com sends them), a
+/// finish chunk per choice, `[DONE]`.
+pub(crate) fn chat_stream_n3(events: usize) -> Vec<u8> {
+    let head = r#"data: {"id":"chatcmpl-AY3rM0dJ9sVq2ZkT7wXpLb4NcHe81","object":"chat.completion.chunk","created":1732900000,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_7f6be3efb0","choices":["#;
+    let mut rng = Lcg::new(0xC17E);
+    let mut out = Vec::with_capacity(events * 300 + 1024);
+    let chunk = |out: &mut Vec<u8>, choice: String| {
+        out.extend_from_slice(head.as_bytes());
+        out.extend_from_slice(choice.as_bytes());
+        out.extend_from_slice(b"]}\n\n");
+    };
+    for i in 0..3 {
+        chunk(
+            &mut out,
+            format!(
+                r#"{{"index":{i},"delta":{{"role":"assistant","content":"","refusal":null}},"logprobs":null,"finish_reason":null}}"#
+            ),
+        );
+    }
+    for k in 0..events {
+        let tok = token(&mut rng);
+        chunk(
+            &mut out,
+            format!(
+                r#"{{"index":{},"delta":{{"content":"{tok}"}},"logprobs":null,"finish_reason":null}}"#,
+                k % 3
+            ),
+        );
+    }
+    for i in 0..3 {
+        chunk(
+            &mut out,
+            format!(r#"{{"index":{i},"delta":{{}},"logprobs":null,"finish_reason":"stop"}}"#),
+        );
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
+    out
+}
+
+/// A Perplexity-style stream (the shape of
+/// `tests/fixtures/upstream/perplexity_sonar_citations.sse`): every chunk
+/// carries a running `usage` (its numbers change every time) and the
+/// `citations` list, before `choices`; `events` content chunks, a finish
+/// chunk, `[DONE]`.
+pub(crate) fn perplexity_stream(events: usize) -> Vec<u8> {
+    let mut rng = Lcg::new(0x5EA7);
+    let mut out = Vec::with_capacity(events * 700 + 1024);
+    let citations = r#""citations":["https://populationstat.com/united-states/san-francisco","https://en.wikipedia.org/wiki/San_Francisco","https://fred.stlouisfed.org/graph/?g=4K5j","https://www.california-demographics.com/cities_by_population"]"#;
+    for k in 0..=events {
+        let (delta, finish) = if k == events {
+            (String::new(), r#","finish_reason":"stop""#)
+        } else {
+            (
+                format!(r#""role":"assistant","content":"{}""#, token(&mut rng)),
+                "",
+            )
+        };
+        out.extend_from_slice(
+            format!(
+                r#"data: {{"id":"58cb9740-f356-49e9-b71e-a02a1376c1b9","model":"sonar","created":1770768240,"usage":{{"prompt_tokens":10,"completion_tokens":{},"total_tokens":{}}},{citations},"object":"chat.completion.chunk","choices":[{{"index":0,"delta":{{{delta}}}{finish}}}]}}"#,
+                k + 1,
+                k + 11
+            )
+            .as_bytes(),
+        );
+        out.extend_from_slice(b"\n\n");
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
+    out
+}
+
 /// A long Anthropic `/v1/messages` text stream: `message_start`,
 /// `content_block_start`, `ping`, `events` `text_delta` events (the same
 /// tokens and markers as [`chat_stream`]), `content_block_stop`,

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use super::{Invalid, MAX_DEPTH, scan_string, scan_value};
+use super::{Invalid, MAX_DEPTH, scan_number, scan_string, scan_value};
 
 /// A position in a JSON text, advanced token by token by its caller.
 #[derive(Debug)]
@@ -104,9 +104,10 @@ impl<'a> Cursor<'a> {
         Ok(())
     }
 
-    /// Skips (validating) any value at `depth`, recording every string
-    /// value in it (not keys) as a template hole: the strings of a delta's
-    /// `tool_calls`, say, vary from chunk to chunk while the rest does not.
+    /// Skips (validating) any value at `depth`, recording every string and
+    /// number token in it (not keys) as a template hole: the strings of a
+    /// delta's `tool_calls` or the numbers of a running `usage`, say, vary
+    /// from chunk to chunk while the rest does not.
     pub fn skip_holes(&mut self, depth: u32, holes: &mut Vec<Range<usize>>) -> Result<(), Invalid> {
         // The same nesting limit as `scan_value`.
         if matches!(self.peek(), b'{' | b'[') && depth + 1 > MAX_DEPTH {
@@ -116,6 +117,11 @@ impl<'a> Cursor<'a> {
             b'"' => {
                 let s = self.i;
                 self.i = scan_string(self.b, self.i)?.0;
+                holes.push(s..self.i);
+            }
+            b'-' | b'0'..=b'9' => {
+                let s = self.i;
+                self.i = scan_number(self.b, self.i)?;
                 holes.push(s..self.i);
             }
             b'{' => {

@@ -11,7 +11,7 @@
 //! | task | use |
 //! |---|---|
 //! | skip whitespace | [`skip_ws`] |
-//! | validate and skip a whole value / a string | [`scan_value`] / [`scan_string`] |
+//! | validate and skip a whole value / a string / a number | [`scan_value`] / [`scan_string`] / [`scan_number`] |
 //! | step through an object's members, reading some in place | [`ObjectWalker`] (and [`ArrayWalker`] for arrays) |
 //! | collect an object's members / an array's elements, look a key up, in text already validated (request bodies: any depth) | [`members`], [`elements`], [`find`], [`skip_valid`] |
 //! | scan a text whose shape you expect, token by token (hot path) | [`Cursor`] |
@@ -47,7 +47,7 @@ mod walker;
 
 pub use cursor::Cursor;
 pub use lookup::{elements, find, members, skip_valid};
-pub use skip::{scan_string, scan_value, skip_ws};
+pub use skip::{scan_number, scan_string, scan_value, skip_ws};
 pub use splice::{Splice, insert_point, removal_span};
 pub use string::{decode_str, decode_token, parse_u32, push_json_str};
 pub use walker::{ArrayWalker, Field, Member, ObjectWalker};

@@ -89,7 +89,7 @@ pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
 ///
 /// # Errors
 /// [`Invalid`] when the bytes do not follow the JSON number grammar.
-pub(super) fn scan_number(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
+pub fn scan_number(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
     let digits = |b: &[u8], mut i: usize| -> Result<usize, Invalid> {
         let s = i;
         while b.get(i).is_some_and(u8::is_ascii_digit) {

@@ -215,11 +215,7 @@ impl ChatHandler {
             return self.out.pass(f);
         }
         // The hot path: a chunk shaped like a recent one.
-        if let Some((index, content)) = self
-            .templates
-            .iter()
-            .find_map(|t| Some((t.index, t.matches(d)?)))
-        {
+        if let Some((index, content)) = self.templates.iter().find_map(|t| t.matches(d)) {
             if let (Some(r), Some(st)) = (content, self.choice(index)) {
                 if !st.finished {
                     st.tracker.push_json(&d[r]);
@@ -250,12 +246,14 @@ impl ChatHandler {
                         index: Some(i),
                         content,
                         finish: false,
+                        index_token,
                     },
                 ] = &fast[..]
                 {
                     let slot = self.next_template;
                     self.next_template = (slot + 1) % TEMPLATES;
-                    self.templates[slot].learn(d, *i, content.as_ref(), &holes);
+                    let index = (*i, index_token.as_ref());
+                    self.templates[slot].learn(d, index, content.as_ref(), &holes);
                 }
                 if finishing {
                     self.slow_path(f, true);

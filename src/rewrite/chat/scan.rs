@@ -168,6 +168,8 @@ pub(crate) struct FastChoice {
     /// Raw body of `delta.content` when it is a string.
     pub(crate) content: Option<Range<usize>>,
     pub(crate) finish: bool,
+    /// The (last) `index` token when it is a number (then also a hole).
+    pub(crate) index_token: Option<Range<usize>>,
 }
 
 /// The hot path's scan of one chunk: validates the whole JSON text and
@@ -205,16 +207,17 @@ pub(crate) fn fast_scan(
                         }
                     }
                 }
-            } else if c.peek() == b'"'
-                && !matches!(key, b"id" | b"object" | b"model" | b"system_fingerprint")
-            {
-                // A top-level string that may vary from chunk to chunk
-                // (`obfuscation`, say): a hole in a learned template.
-                let s = c.i;
+            } else if matches!(
+                key,
+                b"id" | b"object" | b"created" | b"model" | b"system_fingerprint"
+            ) {
+                // The envelope: the same in every chunk of a stream.
                 c.skip(1)?;
-                holes.push(s..c.i);
             } else {
-                c.skip(1)?;
+                // Other top-level strings and numbers may vary from chunk
+                // to chunk (`obfuscation`, a running `usage`): holes in a
+                // learned template.
+                c.skip_holes(1, holes)?;
             }
             if !c.more(b'}')? {
                 break;
@@ -241,6 +244,7 @@ fn fast_choice(
         index: Some(0),
         content: None,
         finish: false,
+        index_token: None,
     };
     if !c.empty(b'}') {
         loop {
@@ -275,14 +279,22 @@ fn fast_choice(
                 }
                 b"index" => {
                     let start = c.i;
+                    let number = matches!(c.peek(), b'-' | b'0'..=b'9');
                     c.skip(3)?;
                     fc.index = json::parse_u32(&d[start..c.i]);
+                    // A hole, so that one template serves every choice of
+                    // the same shape (`n` > 1, interleaved).
+                    fc.index_token = number.then(|| start..c.i);
+                    if number {
+                        holes.push(start..c.i);
+                    }
                 }
                 b"finish_reason" => {
                     fc.finish = c.peek() == b'"';
                     c.skip(3)?;
                 }
-                _ => c.skip(3)?,
+                // `logprobs` and the like: their strings and numbers vary.
+                _ => c.skip_holes(3, holes)?,
             }
             if !c.more(b'}')? {
                 break;
@@ -362,10 +374,10 @@ mod tests {
     }
 
     #[test]
-    fn holes_are_the_strings_that_vary() {
+    fn holes_are_the_strings_and_numbers_that_vary() {
         let d = r#"{"id":"c","object":"o","choices":[{"index":0,"delta":{"role":"assistant","content":"x","tool_calls":[{"function":{"arguments":"{}"}}]}}],"obfuscation":"zz"}"#;
         let (_, holes) = fast(d).unwrap().unwrap();
-        assert_eq!(holes, [r#""assistant""#, r#""{}""#, r#""zz""#]);
+        assert_eq!(holes, ["0", r#""assistant""#, r#""{}""#, r#""zz""#]);
     }
 
     #[test]

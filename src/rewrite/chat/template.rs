@@ -17,14 +17,17 @@ pub(crate) const TEMPLATES: usize = 4;
 /// can be checked with a few comparisons instead of a full scan.
 ///
 /// Chunks of one stream are nearly identical: the same `id`, `model`,
-/// `created`, keys and punctuation; only string values vary (the content,
-/// reasoning text, `obfuscation` padding). A template is the learned chunk
-/// cut at those strings ("holes"): the delta's string members and the
-/// top-level strings other than the envelope's. A chunk made of the same
-/// literal segments with a valid JSON string in each hole parses exactly
-/// like the chunk the template was learned from, except for those strings:
-/// it is valid JSON, for the same choice index, without `finish_reason`,
-/// with its content (if the template has a content hole) in that hole.
+/// `created`, keys and punctuation; only string and number values vary
+/// (the content, reasoning text, `obfuscation` padding, a running `usage`,
+/// the choice index when `n` > 1). A template is the learned chunk cut at
+/// those tokens ("holes"): the strings and numbers of the delta and of the
+/// choice (its `index` included), and the top-level ones other than the
+/// envelope's. A chunk made of the same literal segments with a valid JSON
+/// token of the same kind (string or number) in each hole parses exactly
+/// like the chunk the template was learned from, except for those values:
+/// it is valid JSON with one choice, without `finish_reason`, its index
+/// the number in the index hole (or the learned one, without an index
+/// hole), its content (if the template has a content hole) in that hole.
 /// Anything else takes the full scan.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ChunkTemplate {
@@ -32,22 +35,27 @@ pub(crate) struct ChunkTemplate {
     pub(crate) literal: Vec<u8>,
     /// End of each segment in `literal`; holes lie between segments.
     pub(crate) seg_ends: Vec<usize>,
+    /// Per hole: a string (else a number).
+    pub(crate) strings: Vec<bool>,
     pub(crate) content_hole: Option<usize>,
+    pub(crate) index_hole: Option<usize>,
+    /// The choice index when there is no index hole.
     pub(crate) index: u32,
     pub(crate) valid: bool,
 }
 
 impl ChunkTemplate {
-    /// `Some(content)` if `d` matches: the content's raw body, when the
-    /// template has a content hole.
+    /// `Some((index, content))` if `d` matches: the choice index and the
+    /// content's raw body, when the template has a content hole.
     #[inline]
-    pub(crate) fn matches(&self, d: &[u8]) -> Option<Option<Range<usize>>> {
+    pub(crate) fn matches(&self, d: &[u8]) -> Option<(u32, Option<Range<usize>>)> {
         if !self.valid {
             return None;
         }
         let mut pos = 0;
         let mut lit = 0;
         let mut content = None;
+        let mut index = self.index;
         let last = self.seg_ends.len() - 1;
         for (h, &end) in self.seg_ends.iter().enumerate() {
             let seg = &self.literal[lit..end];
@@ -57,28 +65,41 @@ impl ChunkTemplate {
             pos += seg.len();
             lit = end;
             if h == last {
-                return (pos == d.len()).then_some(content);
+                return (pos == d.len()).then_some((index, content));
             }
-            let (s_end, _) = json::scan_string(d, pos).ok()?;
-            if Some(h) == self.content_hole {
-                content = Some(pos + 1..s_end - 1);
+            if self.strings[h] {
+                let (s_end, _) = json::scan_string(d, pos).ok()?;
+                if Some(h) == self.content_hole {
+                    content = Some(pos + 1..s_end - 1);
+                }
+                pos = s_end;
+            } else {
+                if !matches!(d.get(pos), Some(b'-' | b'0'..=b'9')) {
+                    return None;
+                }
+                let n_end = json::scan_number(d, pos).ok()?;
+                if Some(h) == self.index_hole {
+                    index = json::parse_u32(&d[pos..n_end])?;
+                }
+                pos = n_end;
             }
-            pos = s_end;
         }
         None
     }
 
-    /// Learns from a chunk the full scan found to have one choice and no
-    /// finish: `content` is the content's raw body, `holes` the other
-    /// varying string tokens.
+    /// Learns from a chunk the fast scan found to have one choice and no
+    /// finish: `index` its index and `index_token` where that index is
+    /// written (when it is a number), `content` the content's raw body,
+    /// `holes` the other varying string and number tokens (the index
+    /// token among them).
     pub(crate) fn learn(
         &mut self,
         d: &[u8],
-        index: u32,
+        (index, index_token): (u32, Option<&Range<usize>>),
         content: Option<&Range<usize>>,
         holes: &[Range<usize>],
     ) {
-        const MAX_HOLES: usize = 16;
+        const MAX_HOLES: usize = 32;
         self.valid = false;
         if d.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES {
             return;
@@ -95,7 +116,9 @@ impl ChunkTemplate {
         cuts.sort_by_key(|r| r.start);
         self.literal.clear();
         self.seg_ends.clear();
+        self.strings.clear();
         self.content_hole = None;
+        self.index_hole = None;
         let mut at = 0;
         for (k, h) in cuts.iter().enumerate() {
             if h.start < at {
@@ -103,8 +126,12 @@ impl ChunkTemplate {
             }
             self.literal.extend_from_slice(&d[at..h.start]);
             self.seg_ends.push(self.literal.len());
+            self.strings.push(d[h.start] == b'"');
             if Some(h) == content_tok.as_ref() {
                 self.content_hole = Some(k);
+            }
+            if Some(h) == index_token {
+                self.index_hole = Some(k);
             }
             at = h.end;
         }
@@ -126,12 +153,13 @@ mod tests {
         assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes).unwrap());
         let [c] = &cs[..] else { panic!("one choice") };
         let mut t = ChunkTemplate::default();
-        t.learn(d.as_bytes(), c.index.unwrap(), c.content.as_ref(), &holes);
+        let index = (c.index.unwrap(), c.index_token.as_ref());
+        t.learn(d.as_bytes(), index, c.content.as_ref(), &holes);
         t
     }
 
     fn content<'d>(t: &ChunkTemplate, d: &'d str) -> Option<Option<&'d str>> {
-        Some(t.matches(d.as_bytes())?.map(|r| &d[r]))
+        Some(t.matches(d.as_bytes())?.1.map(|r| &d[r]))
     }
 
     const CHUNK: &str = r#"{"id":"c1","choices":[{"index":2,"delta":{"content":"Hi"},"finish_reason":null}],"obfuscation":"ab"}"#;
@@ -141,7 +169,9 @@ mod tests {
         let t = learned(CHUNK);
         assert!(t.valid);
         assert_eq!(t.index, 2);
-        assert_eq!(t.seg_ends.len(), 3);
+        // Holes: the index, the content, the obfuscation.
+        assert_eq!(t.seg_ends.len(), 4);
+        assert_eq!(t.strings, [false, true, true]);
         assert_eq!(content(&t, CHUNK), Some(Some("Hi")));
         let other = CHUNK
             .replace("Hi", r#"a \"[1]\" \u00e9"#)
@@ -168,6 +198,28 @@ mod tests {
     }
 
     #[test]
+    fn numbers_are_holes_and_the_index_is_read_from_its_hole() {
+        let d = r#"{"id":"p","created":5,"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,"cost":0.25}}"#;
+        let t = learned(d);
+        let other = d
+            .replace(r#""index":0"#, r#""index":2"#)
+            .replace(":1,", ":17,")
+            .replace(":4,", ":20,")
+            .replace("0.25", "-1.5e-3");
+        assert_eq!(t.matches(other.as_bytes()).map(|m| m.0), Some(2));
+        for bad in [
+            d.replace(r#""index":0"#, r#""index":-1"#),
+            d.replace(r#""index":0"#, r#""index":1.5"#),
+            d.replace(r#""index":0"#, r#""index":"0""#),
+            d.replace(":1,", r#":"1","#),
+            d.replace(":1,", ":01,"),
+            d.replace(r#""created":5"#, r#""created":6"#),
+        ] {
+            assert_eq!(t.matches(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn a_chunk_without_content_has_no_content_hole() {
         let d = r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#;
         let t = learned(d);
@@ -180,7 +232,7 @@ mod tests {
         let big = CHUNK.replace("Hi", &"x".repeat(MAX_TEMPLATE));
         assert!(!learned(&big).valid);
         let mut t = learned(CHUNK);
-        t.learn(big.as_bytes(), 0, None, &[]);
+        t.learn(big.as_bytes(), (0, None), None, &[]);
         assert!(!t.valid, "a failed learn forgets the old template");
     }
 }
