@@ -284,7 +284,7 @@ fn fast_choice(
                     fc.index = json::parse_u32(&d[start..c.i]);
                     // A hole, so that one template serves every choice of
                     // the same shape (`n` > 1, interleaved).
-                    fc.index_token = number.then(|| start..c.i);
+                    fc.index_token = number.then_some(start..c.i);
                     if number {
                         holes.push(start..c.i);
                     }
