@@ -168,7 +168,8 @@ pub(crate) struct FastChoice {
     /// Raw body of `delta.content` when it is a string.
     pub(crate) content: Option<Range<usize>>,
     pub(crate) finish: bool,
-    /// The (last) `index` token when it is a number (then also a hole).
+    /// The (last) `index` token when it is a number other than 0 (then
+    /// also a hole).
     pub(crate) index_token: Option<Range<usize>>,
 }
 
@@ -283,9 +284,11 @@ fn fast_choice(
                     c.skip(3)?;
                     fc.index = json::parse_u32(&d[start..c.i]);
                     // A hole, so that one template serves every choice of
-                    // the same shape (`n` > 1, interleaved).
-                    fc.index_token = number.then_some(start..c.i);
-                    if number {
+                    // the same shape (`n` > 1, interleaved); index 0 stays
+                    // literal (`n` = 1 streams: one hole less to match).
+                    fc.index_token = None;
+                    if number && fc.index != Some(0) {
+                        fc.index_token = Some(start..c.i);
                         holes.push(start..c.i);
                     }
                 }
@@ -377,7 +380,11 @@ mod tests {
     fn holes_are_the_strings_and_numbers_that_vary() {
         let d = r#"{"id":"c","object":"o","choices":[{"index":0,"delta":{"role":"assistant","content":"x","tool_calls":[{"function":{"arguments":"{}"}}]}}],"obfuscation":"zz"}"#;
         let (_, holes) = fast(d).unwrap().unwrap();
-        assert_eq!(holes, ["0", r#""assistant""#, r#""{}""#, r#""zz""#]);
+        assert_eq!(holes, [r#""assistant""#, r#""{}""#, r#""zz""#]);
+        let (_, holes) = fast(&d.replace(r#""index":0"#, r#""index":2"#))
+            .unwrap()
+            .unwrap();
+        assert_eq!(holes, ["2", r#""assistant""#, r#""{}""#, r#""zz""#]);
     }
 
     #[test]

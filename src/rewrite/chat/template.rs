@@ -169,9 +169,15 @@ mod tests {
         let t = learned(CHUNK);
         assert!(t.valid);
         assert_eq!(t.index, 2);
-        // Holes: the index, the content, the obfuscation.
+        // Holes: the index (not 0), the content, the obfuscation.
         assert_eq!(t.seg_ends.len(), 4);
         assert_eq!(t.strings, [false, true, true]);
+        assert_eq!(
+            learned(&CHUNK.replace(r#""index":2"#, r#""index":0"#))
+                .seg_ends
+                .len(),
+            3
+        );
         assert_eq!(content(&t, CHUNK), Some(Some("Hi")));
         let other = CHUNK
             .replace("Hi", r#"a \"[1]\" \u00e9"#)
@@ -199,18 +205,18 @@ mod tests {
 
     #[test]
     fn numbers_are_holes_and_the_index_is_read_from_its_hole() {
-        let d = r#"{"id":"p","created":5,"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,"cost":0.25}}"#;
+        let d = r#"{"id":"p","created":5,"choices":[{"index":1,"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,"cost":0.25}}"#;
         let t = learned(d);
         let other = d
-            .replace(r#""index":0"#, r#""index":2"#)
+            .replace(r#""index":1"#, r#""index":2"#)
             .replace(":1,", ":17,")
             .replace(":4,", ":20,")
             .replace("0.25", "-1.5e-3");
         assert_eq!(t.matches(other.as_bytes()).map(|m| m.0), Some(2));
         for bad in [
-            d.replace(r#""index":0"#, r#""index":-1"#),
-            d.replace(r#""index":0"#, r#""index":1.5"#),
-            d.replace(r#""index":0"#, r#""index":"0""#),
+            d.replace(r#""index":1"#, r#""index":-1"#),
+            d.replace(r#""index":1"#, r#""index":1.5"#),
+            d.replace(r#""index":1"#, r#""index":"0""#),
             d.replace(":1,", r#":"1","#),
             d.replace(":1,", ":01,"),
             d.replace(r#""created":5"#, r#""created":6"#),
