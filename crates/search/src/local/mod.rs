@@ -150,8 +150,10 @@ impl Provider for LocalIndex {
     }
 }
 
+/// What is indexed for a passage: its title twice (a document's subject,
+/// e.g. the country, weighs more than a passing mention), heading, text.
 fn indexed_text(s: &Source) -> String {
-    let parts = [&s.title, &s.heading, &s.text];
+    let parts = [&s.title, &s.title, &s.heading, &s.text];
     let mut t = String::new();
     for p in parts.into_iter().flatten() {
         t.push_str(p);
