@@ -44,6 +44,8 @@ mod exchange;
 mod proto;
 mod response;
 pub mod service;
+#[cfg(test)]
+mod tests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
