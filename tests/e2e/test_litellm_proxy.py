@@ -198,3 +198,22 @@ def test_quota_exhausted_means_no_sources(quota_proxy, replay):
     sent = [e.json() for e in replay.exchanges() if e.path == "/v1/chat/completions"]
     assert len(sent) == 2 and "web_search" not in sent[1]
     assert sent[1]["messages"] == [{"role": "user", "content": QUESTION}]
+
+
+def test_quota_on_redis(replay_server, nofp, redis_server, tmp_path, replay):
+    """`[quota] store = "redis"`: the core's Redis store (same keys and
+    scripts as `citestream serve` replicas) counts the callback's searches."""
+    import redis
+
+    url = f"redis://127.0.0.1:{redis_server.port}/"
+    p = LiteLLMProxy.start(tmp_path / "litellm", replay_server.url, _config(1, store="redis", redis_url=url))
+    try:
+        c = openai.OpenAI(base_url=p.url + "/v1", api_key=MASTER_KEY, max_retries=0, timeout=60)
+        _, _, anns = _stream(c)
+        assert [_span(a) for a in anns] == SPANS
+        keys = redis.Redis(port=redis_server.port).keys("*")
+        assert keys, "the quota count is not in redis"
+        _, content, anns = _stream(c)
+        assert content == _upstream_content() and anns == []
+    finally:
+        p.stop()
