@@ -368,3 +368,57 @@ async fn h2c_prior_knowledge_streams_too() {
     );
     assert_eq!(body, want);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off_and_others_still_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = Upstream::start().await;
+    let (cfg, dir) = config(&up.url(), "[server]\nheader_read_timeout = \"300ms\"\n");
+    let gw = start_gateway(&cfg, dir).await;
+    // One that sends nothing, one that stops inside the HTTP/2 preface,
+    // one that trickles its headers.
+    let mut silent = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let mut preface = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    preface.write_all(b"PRI * HT").await.unwrap();
+    let trickle = tokio::spawn({
+        let addr = gw.addr;
+        async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-slow: ";
+            for i in 0..2000 {
+                let b = head.get(i).copied().unwrap_or(b'a');
+                if s.write_all(&[b]).await.is_err() {
+                    return true;
+                }
+                let mut buf = [0u8; 512];
+                match tokio::time::timeout(Duration::from_millis(20), s.read(&mut buf)).await {
+                    Ok(Ok(0) | Err(_)) => return true,
+                    Ok(Ok(n)) => assert!(buf[..n].starts_with(b"HTTP/1.1 4"), "{:?}", &buf[..n]),
+                    Err(_) => {}
+                }
+            }
+            false
+        }
+    });
+    let input = lisbon("upstream.sse");
+    up.reply(Reply::Sse {
+        body: input.clone(),
+        seed: 5,
+    });
+    let (s, _, _) = post(&gw.url("/v1/chat/completions"), &[], &chat_body(true)).await;
+    assert_eq!(s, 200);
+    let mut buf = [0u8; 64];
+    for s in [&mut silent, &mut preface] {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await;
+        assert!(
+            matches!(n, Ok(Ok(0) | Err(_))),
+            "a silent connection was kept open"
+        );
+    }
+    assert!(
+        trickle.await.unwrap(),
+        "a trickling client was kept connected"
+    );
+    let (s, _, _) = post(&gw.url("/v1/chat/completions"), &[], &chat_body(true)).await;
+    assert_eq!(s, 200);
+}
