@@ -422,3 +422,59 @@ async fn slow_clients_are_cut_off_and_others_still_served() {
     let (s, _, _) = post(&gw.url("/v1/chat/completions"), &[], &chat_body(true)).await;
     assert_eq!(s, 200);
 }
+
+fn gzip(b: &[u8]) -> Bytes {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(b).unwrap();
+    e.finish().unwrap().into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_upstream_bodies_are_inflated_or_passed_through_never_corrupted() {
+    let up = Upstream::start().await;
+    let (cfg, dir) = config(&up.url(), "");
+    let gw = start_gateway(&cfg, dir).await;
+    let input = lisbon("upstream.sse");
+    let sse = ("content-type", "text/event-stream");
+    up.reply(Reply::Raw {
+        headers: vec![sse, ("content-encoding", "gzip")],
+        body: gzip(&input),
+    });
+    let (s, h, body) = post(
+        &gw.url("/v1/chat/completions"),
+        &[("accept-encoding", "gzip")],
+        &chat_body(true),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert!(h.get("content-encoding").is_none());
+    let want = rewrite_all(
+        ChatStream::new(lisbon_sources(), RewriteOptions::new()),
+        &input,
+    );
+    assert_eq!(body, want);
+    assert_eq!(up.seen()[0].headers["accept-encoding"], "identity");
+
+    let whole = lisbon("upstream.json");
+    let json = ("content-type", "application/json");
+    up.reply(Reply::Raw {
+        headers: vec![json, ("content-encoding", "gzip")],
+        body: gzip(&whole),
+    });
+    let (s, _, body) = post(&gw.url("/v1/chat/completions"), &[], &chat_body(false)).await;
+    assert_eq!(s, 200);
+    let want = citestream::chat::rewrite_body(&whole, &lisbon_sources(), &RewriteOptions::new());
+    assert_eq!(body, &want[..]);
+
+    // A coding the gateway does not undo: untouched, and a header says why.
+    let opaque = Bytes::from_static(b"\x28\xb5\x2f\xfd opaque zstd bytes");
+    up.reply(Reply::Raw {
+        headers: vec![sse, ("content-encoding", "zstd")],
+        body: opaque.clone(),
+    });
+    let (s, h, body) = post(&gw.url("/v1/chat/completions"), &[], &chat_body(true)).await;
+    assert_eq!((s, &body), (200, &opaque));
+    assert_eq!(h["content-encoding"], "zstd");
+    assert_eq!(h["x-citestream-rewrite"], "skipped-content-encoding");
+}

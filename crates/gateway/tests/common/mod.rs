@@ -42,6 +42,11 @@ pub enum Reply {
     Json { status: u16, body: Bytes },
     /// Never answers (records when the request is dropped).
     Hang,
+    /// 200 with these headers and this body, in one piece.
+    Raw {
+        headers: Vec<(&'static str, &'static str)>,
+        body: Bytes,
+    },
     /// 200 SSE: `head`, then nothing more until the connection closes.
     Stall { head: Bytes },
     /// 200 SSE: `head`, then `tail` after `release` is notified.
@@ -153,6 +158,13 @@ async fn answer(
             });
             let mut r = sse(StreamBody::new(tokio_stream(rx)).boxed());
             r.headers_mut().remove("content-length");
+            r
+        }
+        Reply::Raw { headers, body } => {
+            let mut r = Response::new(Full::new(body).boxed());
+            for (k, v) in headers {
+                r.headers_mut().insert(k, http::HeaderValue::from_static(v));
+            }
             r
         }
         Reply::Hang => {
