@@ -34,6 +34,7 @@ MASTER_KEY = "sk-" + "5f3c" * 16
 MODELS = {
     "lisbon": "lisbon",
     "lisbon-nofp": "lisbon-nofp",
+    "lisbon-long": "lisbon-long",
     "gpt41nano": "openai_gpt41nano_text_usage",
 }
 
