@@ -30,9 +30,13 @@ What runs where (every decision is made by the Rust crates, through
   rewriter returns unchanged is passed on as the same object, a modified or
   synthesized one (the annotations chunk, the finish chunk with `sources` /
   `citations`) becomes a new `ModelResponseStream`. Only objects are
-  yielded: the proxy treats a yielded `str` as an error message.
+  yielded for chat: the proxy treats a yielded `str` as an error message.
+  On `/v1/messages` the proxy streams the provider's native SSE bytes:
+  they go through the messages rewriter as bytes (`sources` on
+  `message_delta`).
 * `async_post_call_success_hook`: a whole response is serialized, rewritten
-  by the core and returned as a new `ModelResponse`.
+  by the core and returned as a new `ModelResponse` (a dict on
+  `/v1/messages`).
 
 Config: the TOML file of `citestream serve` (SPEC section 12): `[search]`
 (static, searxng, perplexity, http, brave, tavily, exa, local), `[quota]`
@@ -127,15 +131,34 @@ class CitestreamCallback(CustomLogger):
             async for item in response:
                 yield item
             return
+        raw = False
         async for item in response:
+            if isinstance(item, (bytes, bytearray)):
+                # Native SSE bytes (the /v1/messages route): bytes in, bytes out.
+                raw = True
+                out = rewriter.feed(item)
+                if out:
+                    yield out
+                continue
             for out in rewrite_chunk(rewriter, item):
                 yield out
-        for out in _objects(rewriter.finish(), None):
+        rest = rewriter.finish()
+        if raw:
+            if rest:
+                yield rest
+            return
+        for out in _objects(rest, None):
             yield out
 
     async def async_post_call_success_hook(self, data: dict, user_api_key_dict, response):
         prepared = self._take(data)
-        if prepared is None or not isinstance(response, ModelResponse):
+        if prepared is None:
+            return response
+        if isinstance(response, dict):  # /v1/messages answers as a dict
+            raw = json.dumps(response).encode()
+            out = prepared.rewrite_body(raw)
+            return response if out == raw else json.loads(out)
+        if not isinstance(response, ModelResponse):
             return response
         raw = response.model_dump_json(exclude_none=True).encode()
         out = prepared.rewrite_body(raw)

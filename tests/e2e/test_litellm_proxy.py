@@ -217,3 +217,30 @@ def test_quota_on_redis(replay_server, nofp, redis_server, tmp_path, replay):
         assert content == _upstream_content() and anns == []
     finally:
         p.stop()
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_messages_endpoint_with_the_anthropic_sdk(proxy, replay, stream):
+    """`/v1/messages` through the proxy: the same callback, the native SSE
+    bytes rewritten by the messages rewriter (`sources` on `message_delta`)."""
+    import anthropic
+
+    c = anthropic.Anthropic(base_url=proxy.url, api_key=MASTER_KEY, max_retries=0, timeout=60)
+    kw = dict(model="claude-ping", max_tokens=50, messages=[{"role": "user", "content": "hi"}],
+              extra_body={"web_search": True})
+    urls = [s["url"] for s in json.loads(SOURCES.read_text())]
+    if stream:
+        events = list(c.messages.create(stream=True, **kw))
+        deltas = [e for e in events if e.type == "message_delta"]
+        assert len(deltas) == 1 and [s["url"] for s in deltas[0].model_extra["sources"]] == urls
+        assert not any("sources" in (e.model_extra or {}) for e in events if e.type != "message_delta")
+        text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
+    else:
+        m = c.messages.create(**kw)
+        assert [s["url"] for s in m.model_extra["sources"]] == urls
+        text = m.content[0].text
+    assert text == "Hello there!"
+    [ex] = [e for e in replay.exchanges() if e.path == "/v1/messages"]
+    sent = ex.json()
+    assert "web_search" not in sent
+    assert "[1] Lisbon weather" in sent["messages"][-1]["content"][0]["text"]

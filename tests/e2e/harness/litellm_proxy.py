@@ -30,23 +30,27 @@ from .procs import ROOT, free_port, http_status, stop_pid, toml_dumps
 # The proxy refuses to start without a strong master key; clients send it.
 MASTER_KEY = "sk-" + "5f3c" * 16
 
-# Client-facing model name -> replay body name.
+# Client-facing model name -> (LiteLLM provider, replay body name). The
+# openai provider calls {api_base}/chat/completions, anthropic
+# {api_base}/v1/messages.
 MODELS = {
-    "lisbon": "lisbon",
-    "lisbon-nofp": "lisbon-nofp",
-    "lisbon-long": "lisbon-long",
-    "gpt41nano": "openai_gpt41nano_text_usage",
+    "lisbon": ("openai", "lisbon"),
+    "lisbon-nofp": ("openai", "lisbon-nofp"),
+    "lisbon-long": ("openai", "lisbon-long"),
+    "gpt41nano": ("openai", "openai_gpt41nano_text_usage"),
+    "claude-ping": ("anthropic", "anthropic_basic_ping"),
 }
 
 
 def _yaml(replay_url: str, callback: bool) -> str:
     lines = ["model_list:"]
-    for name, body in MODELS.items():
+    for name, (provider, body) in MODELS.items():
+        base = f"{replay_url}/v1" if provider == "openai" else replay_url
         lines += [
             f"  - model_name: {name}",
             "    litellm_params:",
-            f"      model: openai/replay:{body}",
-            f"      api_base: {replay_url}/v1",
+            f"      model: {provider}/replay:{body}",
+            f"      api_base: {base}",
             "      api_key: sk-replay",
         ]
     lines += ["general_settings:", f"  master_key: {MASTER_KEY}"]
