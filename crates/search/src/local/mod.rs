@@ -112,6 +112,12 @@ impl LocalIndex {
         self.passages.len()
     }
 
+    /// The passages indexed, in index order.
+    #[must_use]
+    pub fn passages(&self) -> &[Source] {
+        &self.passages
+    }
+
     /// True when no passage is indexed.
     #[must_use]
     pub fn is_empty(&self) -> bool {
