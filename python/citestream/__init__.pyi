@@ -8,7 +8,7 @@ from ._native import (
     Inspection as Inspection,
     InjectError as InjectError,
     MessagesRewriter as MessagesRewriter,
-    Prepared as Prepared,
+    Grounded as Grounded,
     RequestError as RequestError,
     Sources as Sources,
     SourcesError as SourcesError,

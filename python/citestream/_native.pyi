@@ -149,7 +149,7 @@ def render_sources(
 ) -> str:
     """The sources block as the model sees it."""
 
-class Prepared:
+class Grounded:
     """A request ready to go upstream (from `Grounding.prepare`)."""
 
     @property
@@ -183,7 +183,7 @@ class Grounding:
         *,
         endpoint: Endpoint = "chat",
         headers: Optional[Union[Mapping[str, str], Iterable[Tuple[str, str]]]] = None,
-    ) -> Prepared:
+    ) -> Grounded:
         """Blocks (GIL released) until quota and search answered. Raises
         `RequestError` (400/401)."""
     @property

@@ -60,7 +60,7 @@ from litellm.integrations.custom_logger import CustomLogger
 from litellm.types.utils import ModelResponse, ModelResponseStream
 from pydantic import Field
 
-from . import Grounding, Prepared, RequestError
+from . import Grounding, Grounded, RequestError
 
 __all__ = ["CitedChunk", "CitestreamCallback", "proxy_handler", "rewrite_chunk"]
 
@@ -83,7 +83,7 @@ class CitestreamCallback(CustomLogger):
         super().__init__(**kwargs)
         path = config_path or os.environ.get("CITESTREAM_CONFIG") or None
         self.grounding = Grounding(path)
-        self._pending: OrderedDict[str, Prepared] = OrderedDict()
+        self._pending: OrderedDict[str, Grounded] = OrderedDict()
 
     # ---- request side ---------------------------------------------------
     async def async_pre_call_hook(self, user_api_key_dict, cache, data: dict, call_type):
@@ -108,7 +108,7 @@ class CitestreamCallback(CustomLogger):
             self._remember(data, prepared)
         return data
 
-    def _remember(self, data: dict, prepared: Prepared) -> None:
+    def _remember(self, data: dict, prepared: Grounded) -> None:
         key = data.get("litellm_call_id")
         if not key:
             return
@@ -116,7 +116,7 @@ class CitestreamCallback(CustomLogger):
         while len(self._pending) > _MAX_PENDING:
             self._pending.popitem(last=False)
 
-    def _take(self, data: Optional[dict]) -> Optional[Prepared]:
+    def _take(self, data: Optional[dict]) -> Optional[Grounded]:
         key = (data or {}).get("litellm_call_id")
         return self._pending.pop(key, None) if key else None
 

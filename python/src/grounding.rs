@@ -17,7 +17,7 @@
 //! * `prepare(body, endpoint=..., headers=...)` blocks the calling thread
 //!   (with the GIL released) until the quota store and the search have
 //!   answered; Python async hosts call it through `asyncio.to_thread`. It
-//!   returns a `Prepared` or raises `RequestError` (status 400 or 401, the
+//!   returns a `Grounded` or raises `RequestError` (status 400 or 401, the
 //!   error body in the endpoint's shape).
 //! * The runtime is multi-threaded (one worker) so background tasks of the
 //!   Redis connection keep running between calls, and `prepare` may be
@@ -87,14 +87,14 @@ impl Grounding {
         body: &Bound<'_, PyAny>,
         endpoint: &str,
         headers: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Prepared> {
+    ) -> PyResult<Grounded> {
         let body = bytes_arg(body, "body")?;
         let ep = endpoint_arg(endpoint)?;
         let headers = header_map(headers)?;
         let g = self.inner.clone();
         let r = py.detach(|| self.rt.block_on(g.prepare(ep, &headers, body)));
         match r {
-            Ok(p) => Ok(Prepared {
+            Ok(p) => Ok(Grounded {
                 body: PyBytes::new(py, &p.body).unbind(),
                 search: p.search_header(),
                 remaining: p.remaining,
@@ -186,7 +186,7 @@ fn header_map(headers: Option<&Bound<'_, PyAny>>) -> PyResult<http::HeaderMap> {
 /// A request ready to go upstream, and how to treat its response.
 #[pyclass(module = "citestream._native", frozen)]
 #[derive(Debug)]
-pub(crate) struct Prepared {
+pub(crate) struct Grounded {
     body: Py<PyBytes>,
     search: &'static str,
     remaining: Option<u32>,
@@ -198,7 +198,7 @@ pub(crate) struct Prepared {
 }
 
 #[pymethods]
-impl Prepared {
+impl Grounded {
     /// The body to send upstream (`web_search` removed; sources injected
     /// when `sources` is not `None`).
     #[getter]
@@ -279,7 +279,7 @@ impl Prepared {
 
     fn __repr__(&self) -> String {
         format!(
-            "<citestream.Prepared search={} account={} sources={}>",
+            "<citestream.Grounded search={} account={} sources={}>",
             self.search,
             self.account,
             self.plan.as_ref().map_or(0, |p| p.sources.len())
@@ -289,6 +289,6 @@ impl Prepared {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Grounding>()?;
-    m.add_class::<Prepared>()?;
+    m.add_class::<Grounded>()?;
     Ok(())
 }
