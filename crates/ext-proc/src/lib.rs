@@ -56,7 +56,7 @@ use citestream_host::grounding::Grounding;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 pub use response::BodyMode;
 pub use service::Processor;
@@ -134,10 +134,13 @@ impl Server {
                 stopping.notify_one();
             }
         };
+        // Every answer goes out at once: no Nagle delay on accepted
+        // connections (the builder's own setting covers only sockets it
+        // binds itself).
+        let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));
         let serve = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .add_service(svc)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), signal);
+            .serve_with_incoming_shutdown(incoming, signal);
         let grace = self.grace;
         tokio::select! {
             r = serve => r.map_err(|e| Error(format!("grpc server: {e}"))),
