@@ -15,6 +15,12 @@
 //! hidden files (`.name`) are ignored; a file that cannot be read (no
 //! permission, not UTF-8, a dangling link) is skipped with a `warn` log
 //! naming it. A folder with no passages at all is a start-up error.
+//!
+//! Scale (BENCHMARKS.md, release build, shared 2-vCPU VM): the bundled
+//! corpus (1,302 passages) builds in about 0.4–0.6 s with 9 MiB and answers
+//! in 0.2 ms (p50); a 100 MB folder takes about 68 s and 576 MiB to build
+//! and 11 ms p50 / 139 ms p99 per query. The index suits folders of up to
+//! tens of MB.
 
 mod bundled;
 mod parse;
