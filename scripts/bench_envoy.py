@@ -15,7 +15,9 @@ What it measures, all in one run on loopback:
   `examples/envoy/envoy.yaml` with the ext_proc filter removed (baseline),
   and with the filter and the processor in `STREAMED` and in
   `FULL_DUPLEX_STREAMED` mode (requests with `web_search: true`, static
-  search, so every event goes through the rewriter);
+  search, so every event goes through the rewriter), and the same with
+  `web_search: false` (every event still makes the gRPC round trip, but
+  passes through unrewritten: the protocol's share of the cost);
 * p50 / p99 of the per-event latency of each, the difference to the
   baseline (the processor's added latency), and the processor's CPU time
   (all its threads, /proc/PID/task/*/schedstat) divided by the events it handled.
@@ -118,13 +120,13 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def run_streams(url: str, up: Upstream, streams: int) -> list[float]:
+def run_streams(url: str, up: Upstream, streams: int, search: bool = True) -> list[float]:
     lat = []
     with httpx.Client(timeout=120) as c:
         for _ in range(streams):
             up.stream_no += 1
             s = up.stream_no
-            body = {"model": f"bench:{s}", "stream": True, "web_search": True,
+            body = {"model": f"bench:{s}", "stream": True, "web_search": search,
                     "messages": [{"role": "user", "content": "Capital of Portugal?"}]}
             buf, pos = bytearray(), 0
             with c.stream("POST", url + CHAT, json=body) as r:
@@ -158,14 +160,17 @@ def main() -> None:
                           "plans": {"default": {"searches_per_day": 1_000_000}}})
     results = {}
     try:
-        setups = [("envoy only", None), ("ext-proc STREAMED", STREAMED), ("ext-proc FULL_DUPLEX", FULL_DUPLEX)]
-        for label, mode in setups:
+        setups = [("envoy only", None, True), ("ext-proc STREAMED", STREAMED, True),
+                  ("ext-proc FULL_DUPLEX", FULL_DUPLEX, True),
+                  ("ext-proc STREAMED, web_search false (pass-through)", STREAMED, False),
+                  ("ext-proc FULL_DUPLEX, web_search false (pass-through)", FULL_DUPLEX, False)]
+        for label, mode, search in setups:
             envoy = Envoy.start(processor=proc.port, upstream=up.port, mode=mode or STREAMED,
                                 transform=without_ext_proc if mode is None else None)
             try:
-                run_streams(envoy.url, up, 2)  # warm-up
+                run_streams(envoy.url, up, 2, search)  # warm-up
                 cpu0 = cpu_seconds(proc.proc.pid)
-                lat = run_streams(envoy.url, up, args.streams)
+                lat = run_streams(envoy.url, up, args.streams, search)
                 cpu = cpu_seconds(proc.proc.pid) - cpu0
             finally:
                 envoy.stop()
