@@ -25,6 +25,7 @@
 use pyo3::prelude::*;
 
 mod errors;
+mod grounding;
 mod request;
 mod rewrite;
 
@@ -39,5 +40,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     rewrite::register(m)?;
     request::register(m)?;
+    grounding::register(m)?;
     Ok(())
 }

@@ -40,9 +40,17 @@ pub(crate) struct Inspection {
 #[pymethods]
 impl Inspection {
     fn __repr__(&self) -> String {
+        let py_bool = |b: bool| if b { "True" } else { "False" };
+        let query = self
+            .query
+            .as_deref()
+            .map_or_else(|| "None".to_owned(), |q| format!("{q:?}"));
         format!(
-            "<citestream.Inspection endpoint={} web_search={} query={:?} stream={} n={}>",
-            self.endpoint, self.web_search, self.query, self.stream, self.n
+            "<citestream.Inspection endpoint={} web_search={} query={query} stream={} n={}>",
+            self.endpoint,
+            py_bool(self.web_search),
+            py_bool(self.stream),
+            self.n
         )
     }
 }

@@ -317,6 +317,32 @@ impl MessagesRewriter {
     }
 }
 
+/// Wraps a core rewriter chosen at run time in its Python class.
+pub(crate) fn rewriter_object(py: Python<'_>, r: citestream::Rewriter) -> PyResult<Py<PyAny>> {
+    Ok(match r {
+        citestream::Rewriter::Chat(c) => Py::new(
+            py,
+            ChatRewriter {
+                s: Stream {
+                    inner: *c,
+                    finished: false,
+                },
+            },
+        )?
+        .into_any(),
+        citestream::Rewriter::Messages(m) => Py::new(
+            py,
+            MessagesRewriter {
+                s: Stream {
+                    inner: *m,
+                    finished: false,
+                },
+            },
+        )?
+        .into_any(),
+    })
+}
+
 /// Parses `chat` / `messages`.
 pub(crate) fn endpoint_arg(endpoint: &str) -> PyResult<citestream::Endpoint> {
     match endpoint {

@@ -103,3 +103,27 @@ def test_processor_dead_before_the_request(make_stack, replay, mode, allow):
     else:
         assert r.status_code == 500
         assert replay.exchanges() == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sigterm_lets_open_streams_finish(make_stack, replay, mode, tmp_json):
+    """SIGTERM mid-stream: the open stream still completes, rewritten, and
+    the processor then exits 0."""
+    import signal
+
+    from harness.procs import citestream_rewrite
+
+    proc, envoy = make_stack(mode, False)
+    body, _ = client_body(CHAT, f"replay:{FIXTURE}?piece=4000&gap=0.03", True)
+    upstream_body, _ = replay.body(FIXTURE, True, CHAT)
+    received = b""
+    with httpx.Client(timeout=60) as c:
+        with c.stream("POST", envoy.url + CHAT, content=body, headers={"content-type": "application/json"}) as r:
+            assert r.status_code == 200
+            chunks = r.iter_raw()
+            received += next(chunks)
+            proc.proc.send_signal(signal.SIGTERM)
+            for chunk in chunks:
+                received += chunk
+    assert received == citestream_rewrite(upstream_body, tmp_json(SOURCES, "expect-sources.json"))
+    assert proc.proc.wait(30) == 0, proc.output()

@@ -77,11 +77,14 @@ def test_raw_bytes_and_upstream_request(envoys, replay, sources_path, name, body
     seed = sum(name.encode()) + stream + 3 * (mode == FULL_DUPLEX)
     body, span = client_body(path, f"replay:{name}?seed={seed}", stream)
     auth = {"x-api-key": "sk-client-key"} if path == "/v1/messages" else {"authorization": "Bearer sk-client-key"}
-    status, headers, data = raw_post(envoys[mode].url + path, body, {**auth, "accept-encoding": "gzip, br"})
+    rid = f"req-{name}-{body_kind}-{mode}"
+    status, headers, data = raw_post(envoys[mode].url + path, body,
+                                     {**auth, "accept-encoding": "gzip, br", "x-request-id": rid})
     assert status == 200, data[:2000]
     assert data == expected(replay, sources_path, name, stream)
     assert headers["x-citestream-search"] == "injected"
     assert int(headers["x-citestream-searches-remaining"]) >= 0
+    assert headers["x-request-id"] == rid
     if stream:
         assert headers["content-type"].startswith("text/event-stream")
     (ex,) = replay.wait_for(lambda log: len(log) == 1 and log[0].done)
@@ -89,6 +92,7 @@ def test_raw_bytes_and_upstream_request(envoys, replay, sources_path, name, body
     for k, v in auth.items():
         assert ex.header(k) == v, f"client key not sent upstream as {k}"
     assert ex.header("accept-encoding") == "identity"
+    assert ex.header("x-request-id") == rid
     assert ex.completed and not ex.client_disconnected
 
 

@@ -16,7 +16,13 @@ use citestream_host::config::Config;
 
 use crate::{Args, Failure};
 
+const USAGE: &str = "usage: citestream ext-proc [--config FILE] [--listen ADDR]";
+
 pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
     let args = Args::parse(args, &["--config", "--listen"])?;
     if let Some(extra) = args.positional.first() {
         return Err(Failure::Usage(format!("unexpected argument '{extra}'")));

@@ -6,6 +6,7 @@
 //!                    [--dialect sources|citations|both] [--offsets chars|utf16|bytes]
 //!                    [--n N] [--chunk-size N] [FILE]
 //! citestream search  [--config FILE] QUERY
+//! citestream serve   [--config FILE] [--listen ADDR]
 //! citestream ext-proc [--config FILE] [--listen ADDR]
 //! ```
 //!
@@ -14,7 +15,6 @@
 
 mod ext_proc;
 mod search;
-
 mod serve;
 
 use std::fs::File;
@@ -29,7 +29,7 @@ use citestream::{
     Dialect, Endpoint, OffsetUnit, RewriteOptions, Rewriter, Sources, StreamRewriter,
 };
 
-const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]\n       citestream search [--config FILE] QUERY\n       citestream ext-proc [--config FILE] [--listen ADDR]";
+const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]\n       citestream search [--config FILE] QUERY\n       citestream serve [--config FILE] [--listen ADDR]\n       citestream ext-proc [--config FILE] [--listen ADDR]";
 
 /// Size of one read from the input when `--chunk-size` is not given.
 const READ_SIZE: usize = 64 * 1024;

@@ -2,7 +2,9 @@
 //! configured search provider returns for QUERY, as the JSON array of SPEC
 //! section 2 (absent fields left out), after the adapter rules — what the
 //! gateway would inject. With no `--config`, the `local` provider over the
-//! bundled corpus.
+//! bundled corpus. The file is read as `citestream serve` reads it
+//! (`citestream_host::config::Config::load`: `${VAR}`, overrides, unknown
+//! keys rejected); only its `[search]` table is used.
 //!
 //! Exit status: 0 with the array (possibly `[]`); 2 on a usage error or a
 //! configuration the search cannot start with; 1 when the search failed
@@ -11,34 +13,22 @@
 
 use std::io::{self, Write};
 
-use citestream_search::{Search, SearchConfig, SearchQuery, Source};
-use serde::Deserialize;
+use std::path::Path;
+
+use citestream_host::config::Config;
+use citestream_search::{Search, SearchQuery, Source};
 use serde_json::{Map, Value};
 
 use super::{Args, Failure};
-
-/// The config file as far as this command reads it: the `[search]` table.
-#[derive(Deserialize)]
-struct File {
-    #[serde(default)]
-    search: SearchConfig,
-}
 
 pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     let args = Args::parse(args, &["--config"])?;
     let Some(query) = args.positional.first() else {
         return Err(Failure::Usage("search needs a QUERY".into()));
     };
-    let config = match args.get("--config") {
-        None => SearchConfig::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Failure::Usage(format!("cannot read '{path}': {e}")))?;
-            toml::from_str::<File>(&text)
-                .map_err(|e| Failure::Usage(format!("{path}: {}", e.message())))?
-                .search
-        }
-    };
+    let config = Config::load(args.get("--config").map(Path::new))
+        .map_err(|e| Failure::Usage(e.to_string()))?
+        .search;
     let _ = tracing_subscriber::fmt()
         .with_writer(io::stderr)
         .with_max_level(tracing::Level::WARN)

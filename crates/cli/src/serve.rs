@@ -125,7 +125,7 @@ async fn run(cfg: Config) -> Result<(), ConfigError> {
     let _ = writeln!(
         out,
         "try:\n  curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \
-         -d '{{\"model\":\"{model}\",\"web_search\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"What is Lisbon known for?\"}}]}}'"
+         -d '{{\"model\":\"{model}\",\"web_search\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"What is the capital of Portugal?\"}}]}}'"
     );
     let _ = out.flush();
     drop(out);

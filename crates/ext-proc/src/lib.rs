@@ -44,15 +44,19 @@ mod exchange;
 mod proto;
 mod response;
 pub mod service;
+#[cfg(test)]
+mod tests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio::sync::Notify;
+use tonic::transport::server::TcpIncoming;
 
 pub use response::BodyMode;
 pub use service::Processor;
@@ -78,6 +82,7 @@ impl std::error::Error for Error {}
 pub struct Server {
     listener: TcpListener,
     processor: Processor,
+    grace: Duration,
 }
 
 impl Server {
@@ -99,6 +104,7 @@ impl Server {
         Ok(Server {
             listener,
             processor: Processor::new(Arc::new(grounding), limit),
+            grace: cfg.server.shutdown_grace,
         })
     }
 
@@ -110,7 +116,8 @@ impl Server {
         self.listener.local_addr().map_err(|e| Error(e.to_string()))
     }
 
-    /// Serves until `shutdown` resolves, then lets open streams finish.
+    /// Serves until `shutdown` resolves, then stops accepting and lets
+    /// open streams finish for up to `server.shutdown_grace`.
     ///
     /// # Errors
     /// The gRPC server failed.
@@ -118,11 +125,32 @@ impl Server {
         let svc = ExternalProcessorServer::new(self.processor)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
-        tonic::transport::Server::builder()
-            .tcp_nodelay(true)
+        let stopping = Arc::new(Notify::new());
+        let signal = {
+            let stopping = stopping.clone();
+            async move {
+                shutdown.await;
+                tracing::info!("shutting down: no new streams, open ones may finish");
+                stopping.notify_one();
+            }
+        };
+        // Every answer goes out at once: no Nagle delay on accepted
+        // connections (the builder's own setting covers only sockets it
+        // binds itself).
+        let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));
+        let serve = tonic::transport::Server::builder()
             .add_service(svc)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), shutdown)
-            .await
-            .map_err(|e| Error(format!("grpc server: {e}")))
+            .serve_with_incoming_shutdown(incoming, signal);
+        let grace = self.grace;
+        tokio::select! {
+            r = serve => r.map_err(|e| Error(format!("grpc server: {e}"))),
+            () = async {
+                stopping.notified().await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!("shutdown grace expired; open streams cut");
+                Ok(())
+            }
+        }
     }
 }

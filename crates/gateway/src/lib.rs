@@ -14,6 +14,7 @@
 //! * `upstream`: the pooled HTTP(S) client to the model server, or the
 //!   [`demo`] model;
 //! * `body`: response bodies with backpressure;
+//! * `decode`: undoing a gzip/deflate encoding the upstream sent anyway;
 //! * `log`: one JSON line per request.
 //!
 //! # Example
@@ -41,6 +42,7 @@ use citestream_host::metrics::Metrics;
 use tokio::net::TcpListener;
 
 mod body;
+mod decode;
 pub mod demo;
 mod log;
 mod proxy;

@@ -19,8 +19,10 @@
 //!   was asked for, `x-citestream-searches-remaining`. Streamed responses
 //!   get `cache-control: no-cache` and `x-accel-buffering: no`.
 //! * A compressed upstream body (which the gateway asked not to get) is
-//!   never rewritten: it passes through untouched, and
-//!   `x-citestream-rewrite: skipped-content-encoding` says why.
+//!   inflated before rewriting when it is `gzip` or `deflate` (the client
+//!   gets it uncompressed); any other coding is never rewritten: it passes
+//!   through untouched, and `x-citestream-rewrite: skipped-content-encoding`
+//!   says why.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -39,6 +41,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::body::{AnyBody, Collected, Logged, Rewriting, collect_capped, full};
+use crate::decode::{self, Decoded};
 use crate::log::RequestLog;
 use crate::upstream::{Upstream, UpstreamFailure, json_response};
 
@@ -316,17 +319,22 @@ async fn respond(
     let Some(plan) = plan.filter(|_| resp.status().is_success()) else {
         return relay(resp);
     };
-    if is_encoded(resp.headers()) {
+    let Ok(coding) = decode::coding(resp.headers()) else {
         let mut r = relay(resp);
         r.headers_mut().insert(
             X_REWRITE,
             HeaderValue::from_static("skipped-content-encoding"),
         );
         return r;
-    }
+    };
     let opts = state.grounding.rewrite_options();
-    let (mut parts, body) = resp.into_parts();
+    let (mut parts, mut body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    if let Some(c) = coding {
+        parts.headers.remove(header::CONTENT_ENCODING);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        body = Decoded::new(body, c).boxed();
+    }
     if is_sse(&parts.headers) {
         parts.headers.remove(header::CONTENT_LENGTH);
         sse_headers(&mut parts.headers);
@@ -380,12 +388,6 @@ fn is_sse(h: &HeaderMap) -> bool {
                 .to_ascii_lowercase()
                 .starts_with("text/event-stream")
         })
-}
-
-fn is_encoded(h: &HeaderMap) -> bool {
-    h.get_all(header::CONTENT_ENCODING)
-        .iter()
-        .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity") && !v.is_empty())
 }
 
 /// The client's headers as they go upstream: hop-by-hop ones, `host` and

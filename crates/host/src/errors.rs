@@ -26,14 +26,14 @@
 //! let r = ErrorReply::unauthorized(ErrorShape::Anthropic, "Incorrect API key provided.");
 //! assert_eq!(r.status(), 401);
 //! assert_eq!(
-//!     r.body(),
+//!     &r.body()[..],
 //!     br#"{"type":"error","error":{"type":"authentication_error","message":"Incorrect API key provided."}}"#
 //! );
 //! ```
 
 use bytes::Bytes;
 use citestream::request::{Endpoint, RequestError};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Which error body shape a request gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,13 +84,22 @@ impl ErrorReply {
         message: &str,
     ) -> ErrorReply {
         let (ty, param, code) = openai;
-        let v: Value = match shape {
-            ErrorShape::OpenAi => json!({"error": {
-                "message": message, "type": ty, "param": param, "code": code
-            }}),
-            ErrorShape::Anthropic => json!({"type": "error", "error": {
-                "type": anthropic_type, "message": message
-            }}),
+        let q = |s: &str| Value::from(s).to_string();
+        let opt = |s: Option<&str>| s.map_or_else(|| "null".to_owned(), q);
+        // Written by hand to keep the members in the order the APIs use.
+        let v = match shape {
+            ErrorShape::OpenAi => format!(
+                r#"{{"error":{{"message":{},"type":{},"param":{},"code":{}}}}}"#,
+                q(message),
+                q(ty),
+                opt(param),
+                opt(code)
+            ),
+            ErrorShape::Anthropic => format!(
+                r#"{{"type":"error","error":{{"type":{},"message":{}}}}}"#,
+                q(anthropic_type),
+                q(message)
+            ),
         };
         ErrorReply {
             status,
@@ -185,6 +194,7 @@ impl From<&RequestError> for ErrorReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn parse(r: &ErrorReply) -> Value {
         serde_json::from_slice(r.body()).unwrap()
@@ -208,6 +218,10 @@ mod tests {
     #[test]
     fn spec_401_bodies() {
         let o = ErrorReply::unauthorized(ErrorShape::OpenAi, "m");
+        assert_eq!(
+            &o.body()[..],
+            br#"{"error":{"message":"m","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#
+        );
         assert_eq!(
             parse(&o),
             json!({"error":{"message":"m","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})

@@ -137,8 +137,11 @@ async fn reserve_detached(
     account: String,
     limit: u32,
 ) -> Result<Option<Ticket>, QuotaError> {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return r.try_reserve(&account, limit).await; // no runtime to detach on
+    };
     let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
+    rt.spawn(async move {
         let res = r.try_reserve(&account, limit).await;
         if let Err(Ok(Some(t))) = tx.send(res) {
             let _ = r.release(&t).await;

@@ -15,7 +15,9 @@ Contract
   until the port accepts connections; raises with the output when the
   process exits first. `stop()` (SIGTERM, then SIGKILL) and `kill()`
   (SIGKILL at once, for the broken-processor tests) act by pid.
-* `Envoy.start(yaml_text)`: Envoy on that config (`--disable-hot-restart`,
+* `Envoy.start(processor=, upstream=, mode=, failure_mode_allow=,
+  transform=)`: Envoy on that config (`transform`, a function of the YAML
+  text, for benchmarks that change more) (`--disable-hot-restart`,
   so several run side by side); waits until the admin `/ready` answers 200;
   `url` is the listener. `stop()` by pid.
 """
@@ -146,10 +148,12 @@ class Envoy(_Proc):
 
     @classmethod
     def start(cls, *, processor: int, upstream: int, mode: str = STREAMED, failure_mode_allow: bool = False,
-              timeout: float = 60.0) -> "Envoy":
+              transform=None, timeout: float = 60.0) -> "Envoy":
         listen, admin = free_port(), free_port()
         text = envoy_config(listen=listen, admin=admin, processor=processor, upstream=upstream, mode=mode,
                             failure_mode_allow=failure_mode_allow)
+        if transform is not None:
+            text = transform(text)
         tmp = Path(tempfile.mkdtemp(prefix="citestream-envoy-"))
         (tmp / "envoy.yaml").write_text(text)
         proc, tmp = _spawn([envoy_bin(), "-c", str(tmp / "envoy.yaml"), "--disable-hot-restart",

@@ -15,6 +15,12 @@
 //! hidden files (`.name`) are ignored; a file that cannot be read (no
 //! permission, not UTF-8, a dangling link) is skipped with a `warn` log
 //! naming it. A folder with no passages at all is a start-up error.
+//!
+//! Scale (BENCHMARKS.md, release build, shared 2-vCPU VM): the bundled
+//! corpus (1,302 passages) builds in about 0.4–0.6 s with 9 MiB and answers
+//! in 0.2 ms (p50); a 100 MB folder takes about 68 s and 576 MiB to build
+//! and 11 ms p50 / 139 ms p99 per query. The index suits folders of up to
+//! tens of MB.
 
 mod bundled;
 mod parse;
@@ -112,6 +118,12 @@ impl LocalIndex {
         self.passages.len()
     }
 
+    /// The passages indexed, in index order.
+    #[must_use]
+    pub fn passages(&self) -> &[Source] {
+        &self.passages
+    }
+
     /// True when no passage is indexed.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -150,8 +162,10 @@ impl Provider for LocalIndex {
     }
 }
 
+/// What is indexed for a passage: its title twice (a document's subject,
+/// e.g. the country, weighs more than a passing mention), heading, text.
 fn indexed_text(s: &Source) -> String {
-    let parts = [&s.title, &s.heading, &s.text];
+    let parts = [&s.title, &s.title, &s.heading, &s.text];
     let mut t = String::new();
     for p in parts.into_iter().flatten() {
         t.push_str(p);

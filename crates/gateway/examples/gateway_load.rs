@@ -1,0 +1,732 @@
+//! Load benchmark of `citestream serve` (issue 10, "Numbers"), loopback only.
+//!
+//! ```text
+//! cargo build --release -p citestream-cli
+//! cargo run --release -p citestream-gateway --example gateway_load -- \
+//!     --bin target/release/citestream [--streams 1,100,1000] [--events 100] [--interval-ms 10] \
+//!     [--rate 10000] [--throughput-events 200000] [--rss-streams 1000]
+//! ```
+//!
+//! Contract: one run starts, on 127.0.0.1 only,
+//! * an SSE upstream (in this process) that writes `chat.completion.chunk`
+//!   events, each stamped with an SSE comment line `: ts=<ns>` (nanoseconds
+//!   since this process's epoch) at the moment it is written;
+//! * a plain hyper reverse proxy (this binary re-run as `--proxy`, its own
+//!   process, streaming bodies both ways) as the baseline;
+//! * `citestream serve` (the `--bin` binary) with the `static` search provider
+//!   and a memory quota, asked with `web_search` false (pure proxy) and true
+//!   (search, injection, streaming rewrite).
+//!
+//! Clients in this process read each stream and take, per event, the time
+//! from the upstream's write to the client's read (comments pass through
+//! the rewriter untouched). For each target and each concurrency level it
+//! reports p50/p99 of that latency, the time to the response head (the
+//! static search costs microseconds: "excluding the search"), throughput
+//! with unpaced upstreams, and errors; and, first, the RSS per open stream
+//! of each proxy (streams held open after their first event). Everything is bounded: a
+//! fixed number of streams and events, and a timeout on every stream. The
+//! numbers are comparisons within one run (the same machine, the same load
+//! generator), not absolute figures.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Body = BoxBody<Bytes, BoxError>;
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Per-stream timeout: a stream that takes longer counts as an error.
+const STREAM_TIMEOUT: Duration = Duration::from_secs(120);
+const CHUNK: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench","choices":[{"index":0,"delta":{"content":"Lisbon is sunny today [1]. "},"finish_reason":null}]}"#;
+const FINISH: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+
+/// What the upstream is asked to write, carried in the request's `model`
+/// (`bench:<events>:<interval µs>:<hold 0|1>`) so it crosses any proxy.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    events: usize,
+    interval_us: u64,
+    hold: bool,
+}
+
+impl Job {
+    fn model(&self) -> String {
+        format!(
+            "bench:{}:{}:{}",
+            self.events,
+            self.interval_us,
+            u8::from(self.hold)
+        )
+    }
+
+    fn parse(body: &[u8]) -> Option<Job> {
+        let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+        let mut it = v.get("model")?.as_str()?.strip_prefix("bench:")?.split(':');
+        Some(Job {
+            events: it.next()?.parse().ok()?,
+            interval_us: it.next()?.parse().ok()?,
+            hold: it.next()? == "1",
+        })
+    }
+}
+
+/// Shared state of the in-process upstream.
+#[derive(Debug)]
+struct Upstream {
+    epoch: Instant,
+    /// Held streams wait for this generation counter to pass the value it
+    /// had before their first event.
+    release: watch::Sender<u64>,
+}
+
+/// A response body fed by a channel, one frame per message.
+#[derive(Debug)]
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|m| m.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+async fn upstream_handle(
+    up: Arc<Upstream>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let Some(job) = Job::parse(&body) else {
+        let msg = Full::new(Bytes::from_static(b"{\"error\":\"not a bench request\"}"));
+        let mut resp = Response::new(msg.map_err(|e| match e {}).boxed());
+        *resp.status_mut() = hyper::StatusCode::BAD_REQUEST;
+        return Ok(resp);
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let mut release = up.release.subscribe();
+        let generation = *release.borrow();
+        for i in 0..job.events {
+            let ts = up.epoch.elapsed().as_nanos();
+            let event = format!(": ts={ts}\ndata: {CHUNK}\n\n");
+            if tx.send(Bytes::from(event)).await.is_err() {
+                return;
+            }
+            if job.hold && i == 0 {
+                let _ = release.wait_for(|g| *g > generation).await;
+            } else if job.interval_us > 0 {
+                tokio::time::sleep(Duration::from_micros(job.interval_us)).await;
+            }
+        }
+        let tail = format!("data: {FINISH}\n\ndata: [DONE]\n\n");
+        let _ = tx.send(Bytes::from(tail)).await;
+    });
+    let mut resp = Response::new(ChannelBody(rx).map_err(|e| match e {}).boxed());
+    resp.headers_mut().insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    Ok(resp)
+}
+
+/// Serves HTTP/1.1 on `listener` with `handle` until the process ends.
+async fn serve_http1<F, Fut>(listener: TcpListener, handle: F)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response<Body>, Infallible>> + Send + 'static,
+{
+    loop {
+        let Ok((sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = sock.set_nodelay(true);
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(handle);
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(sock), svc)
+                .await;
+        });
+    }
+}
+
+/// `--proxy UPSTREAM`: the baseline, a plain hyper reverse proxy that
+/// streams both bodies. Prints `listening ADDR` and serves until killed.
+fn proxy_main(upstream: String) {
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    rt.block_on(async move {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        println!("listening {}", listener.local_addr().expect("addr"));
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client: Client<HttpConnector, Incoming> =
+            Client::builder(TokioExecutor::new()).build(connector);
+        serve_http1(listener, move |req: Request<Incoming>| {
+            let client = client.clone();
+            let upstream = upstream.clone();
+            async move {
+                let (mut parts, body) = req.into_parts();
+                let pq = parts
+                    .uri
+                    .path_and_query()
+                    .map(|p| p.as_str())
+                    .unwrap_or("/");
+                parts.uri = format!("http://{upstream}{pq}").parse().expect("uri");
+                match client.request(Request::from_parts(parts, body)).await {
+                    Ok(resp) => Ok(resp.map(|b| b.map_err(BoxError::from).boxed())),
+                    Err(_) => {
+                        let mut r =
+                            Response::new(Full::new(Bytes::new()).map_err(|e| match e {}).boxed());
+                        *r.status_mut() = hyper::StatusCode::BAD_GATEWAY;
+                        Ok(r)
+                    }
+                }
+            }
+        })
+        .await;
+    });
+}
+
+/// What one client stream saw.
+#[derive(Debug, Default)]
+struct StreamResult {
+    /// Nanoseconds from the request to the response head.
+    head_ns: u64,
+    /// Per event: nanoseconds from the upstream's write to the client's read.
+    latencies: Vec<u64>,
+    ok: bool,
+}
+
+/// Reads `: ts=N` comment lines out of the frames of one stream.
+#[derive(Debug, Default)]
+struct Stamps {
+    carry: Vec<u8>,
+}
+
+impl Stamps {
+    fn feed(&mut self, data: &[u8], now_ns: u64, out: &mut Vec<u64>) {
+        self.carry.extend_from_slice(data);
+        let mut start = 0;
+        while let Some(nl) = self.carry[start..].iter().position(|&b| b == b'\n') {
+            let line = &self.carry[start..start + nl];
+            let stamp = line
+                .strip_prefix(b": ts=")
+                .and_then(|ts| std::str::from_utf8(ts).ok())
+                .and_then(|t| t.parse::<u64>().ok());
+            if let Some(ts) = stamp {
+                out.push(now_ns.saturating_sub(ts));
+            }
+            start += nl + 1;
+        }
+        self.carry.drain(..start);
+    }
+}
+
+fn request_body(job: Job, web_search: bool) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"model":"{}","stream":true,"web_search":{web_search},"messages":[{{"role":"user","content":"Is Lisbon sunny today?"}}]}}"#,
+        job.model()
+    ))
+}
+
+async fn one_stream(
+    client: HttpClient,
+    url: String,
+    body: Bytes,
+    epoch: Instant,
+    first: Option<Arc<AtomicUsize>>,
+) -> StreamResult {
+    let mut res = StreamResult::default();
+    let start = epoch.elapsed().as_nanos() as u64;
+    let req = Request::post(url)
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer sk-bench")
+        .body(Full::new(body))
+        .expect("request");
+    let Ok(resp) = client.request(req).await else {
+        return res;
+    };
+    res.head_ns = epoch.elapsed().as_nanos() as u64 - start;
+    if !resp.status().is_success() {
+        return res;
+    }
+    let mut body = resp.into_body();
+    let mut stamps = Stamps::default();
+    let mut counted = false;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return res };
+        if let Some(data) = frame.data_ref() {
+            let now = epoch.elapsed().as_nanos() as u64;
+            stamps.feed(data, now, &mut res.latencies);
+            if let (Some(counter), false) = (&first, counted || res.latencies.is_empty()) {
+                counter.fetch_add(1, Ordering::SeqCst);
+                counted = true;
+            }
+        }
+    }
+    res.ok = true;
+    res
+}
+
+/// Aggregate of one target at one concurrency level.
+#[derive(Debug, Default)]
+struct Level {
+    p50_us: f64,
+    p99_us: f64,
+    head_p50_us: f64,
+    events: usize,
+    events_per_s: f64,
+    errors: usize,
+}
+
+fn percentile_us(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+/// Runs `n` concurrent streams of `job` against `url`.
+async fn run_level(bench: &Bench, url: &str, web_search: bool, n: usize, job: Job) -> Level {
+    let body = request_body(job, web_search);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            // Starts spread over one interval, so paced events do not all
+            // arrive in the same instant.
+            let stagger = Duration::from_micros(job.interval_us * i as u64 / n as u64);
+            let fut = one_stream(
+                bench.client.clone(),
+                url.to_owned(),
+                body.clone(),
+                bench.epoch,
+                None,
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep(stagger).await;
+                tokio::time::timeout(STREAM_TIMEOUT, fut).await
+            })
+        })
+        .collect();
+    let (mut lat, mut heads, mut errors) = (Vec::new(), Vec::new(), 0);
+    for t in tasks {
+        match t.await {
+            Ok(Ok(r)) if r.ok && r.latencies.len() == job.events => {
+                lat.extend(r.latencies);
+                heads.push(r.head_ns);
+            }
+            _ => errors += 1,
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    heads.sort_unstable();
+    Level {
+        p50_us: percentile_us(&lat, 0.50),
+        p99_us: percentile_us(&lat, 0.99),
+        head_p50_us: percentile_us(&heads, 0.50),
+        events: lat.len(),
+        events_per_s: lat.len() as f64 / wall,
+        errors,
+    }
+}
+
+/// Resident set size of process `pid` in bytes (Linux /proc).
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Starts `n` streams that the upstream holds open after their first
+/// event; returns once all of them have read it (or after 60 s).
+async fn open_held(bench: &Bench, url: &str, web_search: bool, n: usize) -> Vec<StreamTask> {
+    let job = Job {
+        events: 2,
+        interval_us: 0,
+        hold: true,
+    };
+    let body = request_body(job, web_search);
+    let first = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let fut = one_stream(
+                bench.client.clone(),
+                url.to_owned(),
+                body.clone(),
+                bench.epoch,
+                Some(first.clone()),
+            );
+            tokio::spawn(tokio::time::timeout(STREAM_TIMEOUT, fut))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while first.load(Ordering::SeqCst) < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tasks
+}
+
+type StreamTask = tokio::task::JoinHandle<Result<StreamResult, tokio::time::error::Elapsed>>;
+
+/// RSS added per open stream in process `pid`: the slope of its RSS between
+/// `n / 10` and `n` streams held open at once (fixed costs and allocator
+/// warm-up cancel out). Returns (bytes per stream, errors).
+async fn rss_per_stream(
+    bench: &Bench,
+    url: &str,
+    web_search: bool,
+    pid: u32,
+    n: usize,
+) -> (f64, usize) {
+    let small = (n / 10).max(1);
+    let mut tasks = open_held(bench, url, web_search, small).await;
+    let at_small = rss_bytes(pid);
+    tasks.extend(open_held(bench, url, web_search, n - small).await);
+    let at_n = rss_bytes(pid);
+    bench.upstream.release.send_modify(|g| *g += 1);
+    let mut errors = 0;
+    for t in tasks {
+        if !matches!(t.await, Ok(Ok(r)) if r.ok) {
+            errors += 1;
+        }
+    }
+    let per = at_n.saturating_sub(at_small) as f64 / (n - small).max(1) as f64;
+    (per, errors)
+}
+
+/// The load generator's shared state.
+#[derive(Debug)]
+struct Bench {
+    client: HttpClient,
+    epoch: Instant,
+    upstream: Arc<Upstream>,
+}
+
+/// Command-line options.
+#[derive(Debug)]
+struct Args {
+    bin: PathBuf,
+    streams: Vec<usize>,
+    events: usize,
+    interval_ms: u64,
+    throughput_events: usize,
+    rss_streams: usize,
+    rate: usize,
+}
+
+fn parse_args(argv: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        bin: PathBuf::from("target/release/citestream"),
+        streams: vec![1, 100, 1000],
+        events: 100,
+        interval_ms: 10,
+        throughput_events: 200_000,
+        rss_streams: 1000,
+        rate: 10_000,
+    };
+    let mut it = argv.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = || value.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--bin" => a.bin = PathBuf::from(value),
+            "--streams" => {
+                a.streams = value
+                    .split(',')
+                    .map(|s| s.parse().map_err(|e| format!("--streams: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--events" => a.events = num()?,
+            "--interval-ms" => a.interval_ms = num()? as u64,
+            "--throughput-events" => a.throughput_events = num()?,
+            "--rss-streams" => a.rss_streams = num()?.max(10),
+            "--rate" => a.rate = num()?.max(1),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(a)
+}
+
+/// A child process killed (by pid) when dropped.
+#[derive(Debug)]
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_proxy(upstream: SocketAddr) -> (Killed, String) {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut child = Command::new(exe)
+        .args(["--proxy", &upstream.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the baseline proxy");
+    let mut line = String::new();
+    let out = child.stdout.take().expect("stdout");
+    std::io::BufReader::new(out)
+        .read_line(&mut line)
+        .expect("proxy address");
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .expect("listening line")
+        .to_owned();
+    (Killed(child), addr)
+}
+
+fn spawn_gateway(bin: &PathBuf, upstream: SocketAddr, dir: &std::path::Path) -> (Killed, String) {
+    let sources = dir.join("sources.json");
+    std::fs::write(
+        &sources,
+        r#"[{"title":"Lisbon weather","url":"https://weather.example/lisbon","text":"Sunny, 24 C."},
+            {"title":"Portugal news","url":"https://news.example/pt","text":"A mild week."}]"#,
+    )
+    .expect("write sources");
+    let config = dir.join("citestream.toml");
+    let toml = format!(
+        "[upstream]\nbase_url = \"http://{upstream}\"\n[search]\nprovider = \"static\"\n\
+         [search.static]\npath = {:?}\n[plans.default]\nsearches_per_day = 1000000000\n",
+        sources.display().to_string()
+    );
+    std::fs::write(&config, toml).expect("write config");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let log = std::fs::File::create(dir.join("gateway.log")).expect("log file");
+    let child = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+    (Killed(child), format!("127.0.0.1:{port}"))
+}
+
+async fn wait_ready(client: &HttpClient, addr: &str) {
+    for _ in 0..600 {
+        let req = Request::get(format!("http://{addr}/readyz"))
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        if matches!(client.request(req).await, Ok(r) if r.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{addr} never became ready");
+}
+
+/// One thing the clients talk to.
+#[derive(Debug)]
+struct Target {
+    name: &'static str,
+    url: String,
+    web_search: bool,
+}
+
+const CHAT_PATH: &str = "/v1/chat/completions";
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("--proxy") {
+        return proxy_main(argv.get(1).cloned().expect("--proxy UPSTREAM"));
+    }
+    let args = parse_args(&argv).unwrap_or_else(|e| {
+        eprintln!("gateway_load: {e}");
+        std::process::exit(2)
+    });
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    rt.block_on(run(args));
+}
+
+async fn run(args: Args) {
+    let epoch = Instant::now();
+    let (release, _) = watch::channel(0u64);
+    let upstream = Arc::new(Upstream { epoch, release });
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let up_addr = listener.local_addr().expect("addr");
+    let up = upstream.clone();
+    tokio::spawn(serve_http1(listener, move |req| {
+        upstream_handle(up.clone(), req)
+    }));
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new()).build(connector);
+    let bench = Bench {
+        client,
+        epoch,
+        upstream,
+    };
+    let dir = std::env::temp_dir().join(format!("citestream-gateway-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    println!(
+        "gateway_load: {} cores, loopback; every number below is from this one run\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    rss_table(&bench, &args, up_addr, &dir).await;
+    let (proxy, proxy_addr) = spawn_proxy(up_addr);
+    let (gateway, gw_addr) = spawn_gateway(&args.bin, up_addr, &dir);
+    wait_ready(&bench.client, &gw_addr).await;
+    let target = |name, addr: &str, web_search| Target {
+        name,
+        url: format!("http://{addr}{CHAT_PATH}"),
+        web_search,
+    };
+    let targets = [
+        target("direct (no proxy)", &up_addr.to_string(), false),
+        target("plain hyper proxy", &proxy_addr, false),
+        target("serve, web_search off", &gw_addr, false),
+        target("serve, web_search on", &gw_addr, true),
+    ];
+    latency_table(&bench, &args, &targets).await;
+    throughput_table(&bench, &args, &targets).await;
+    drop((proxy, gateway));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Paced streams: per-event latency and time to the response head.
+async fn latency_table(bench: &Bench, args: &Args, targets: &[Target]) {
+    for t in targets {
+        let warm = Job {
+            events: 20,
+            interval_us: 1000,
+            hold: false,
+        };
+        run_level(bench, &t.url, t.web_search, 20, warm).await;
+    }
+    println!(
+        "## Latency per event, upstream write -> client read\n\nPaced upstream: one event every {} ms per stream, at most {} events/s in all (slower per stream above {} streams); {} events per stream (5x at 1 stream).\n",
+        args.interval_ms,
+        args.rate,
+        args.rate * args.interval_ms as usize / 1000,
+        args.events
+    );
+    println!(
+        "| streams | target | p50 µs | p99 µs | head p50 µs | events | errors |\n|---|---|---|---|---|---|---|"
+    );
+    for &n in &args.streams {
+        let interval_us = (args.interval_ms * 1000).max((n as u64 * 1_000_000) / args.rate as u64);
+        let events = if n == 1 { args.events * 5 } else { args.events };
+        let job = Job {
+            events,
+            interval_us,
+            hold: false,
+        };
+        let mut rows = Vec::new();
+        for t in targets {
+            let l = run_level(bench, &t.url, t.web_search, n, job).await;
+            println!(
+                "| {n} | {} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                t.name, l.p50_us, l.p99_us, l.head_p50_us, l.events, l.errors
+            );
+            rows.push(l);
+        }
+        if let [_, proxy, off, on] = &rows[..] {
+            println!(
+                "| {n} | **added by serve (on − plain proxy / on − off)** | {:+.1} / {:+.1} | {:+.1} / {:+.1} | | | |",
+                on.p50_us - proxy.p50_us,
+                on.p50_us - off.p50_us,
+                on.p99_us - proxy.p99_us,
+                on.p99_us - off.p99_us
+            );
+        }
+    }
+}
+
+/// Unpaced streams: events per second through each target.
+async fn throughput_table(bench: &Bench, args: &Args, targets: &[Target]) {
+    println!(
+        "\n## Throughput (unpaced upstream, {} events per level)\n",
+        args.throughput_events
+    );
+    println!("| streams | target | events/s | errors |\n|---|---|---|---|");
+    for &n in &args.streams {
+        let job = Job {
+            events: (args.throughput_events / n).max(10),
+            interval_us: 0,
+            hold: false,
+        };
+        for t in targets {
+            let l = run_level(bench, &t.url, t.web_search, n, job).await;
+            println!(
+                "| {n} | {} | {:.0} | {} |",
+                t.name, l.events_per_s, l.errors
+            );
+        }
+    }
+}
+
+/// RSS per open stream, each target in a fresh process.
+async fn rss_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::path::Path) {
+    println!(
+        "## RSS per open stream\n\nSlope of the process's RSS between {} and {} streams held open at once; a fresh process per row.\n",
+        args.rss_streams / 10,
+        args.rss_streams
+    );
+    println!("| target | RSS per open stream (KiB) | errors |\n|---|---|---|");
+    for (name, web_search) in [
+        ("plain hyper proxy", false),
+        ("serve, web_search off", false),
+        ("serve, web_search on", true),
+    ] {
+        let (child, addr) = if name.starts_with("plain") {
+            spawn_proxy(up_addr)
+        } else {
+            let (child, addr) = spawn_gateway(&args.bin, up_addr, dir);
+            wait_ready(&bench.client, &addr).await;
+            (child, addr)
+        };
+        let url = format!("http://{addr}{CHAT_PATH}");
+        let warm = Job {
+            events: 5,
+            interval_us: 0,
+            hold: false,
+        };
+        run_level(bench, &url, web_search, 10, warm).await;
+        let (per, errors) =
+            rss_per_stream(bench, &url, web_search, child.0.id(), args.rss_streams).await;
+        println!("| {name} | {:.1} | {errors} |", per / 1024.0);
+    }
+    println!();
+}

@@ -1,0 +1,219 @@
+//! Relevance of the `local` provider over the bundled corpus: questions
+//! whose answering document is known (the Factbook profile, or the
+//! project's README). Prints recall@1 and recall@3; asserts recall@3 ≥ 0.9.
+//! Runs through [`Search`] with the default config, as the gateway does.
+
+use citestream_search::{Search, SearchConfig, SearchQuery, Source};
+
+/// (question, the title of the document that answers it).
+const QUESTIONS: &[(&str, &str)] = &[
+    (
+        "What is the capital of Portugal?",
+        "Portugal - The World Factbook",
+    ),
+    (
+        "What is the climate like in Norway?",
+        "Norway - The World Factbook",
+    ),
+    (
+        "Which languages are spoken in Switzerland?",
+        "Switzerland - The World Factbook",
+    ),
+    (
+        "What are the main industries of Japan?",
+        "Japan - The World Factbook",
+    ),
+    (
+        "How many people live in Brazil?",
+        "Brazil - The World Factbook",
+    ),
+    (
+        "When did Slovenia become independent?",
+        "Slovenia - The World Factbook",
+    ),
+    (
+        "Does Iceland have volcanoes?",
+        "Iceland - The World Factbook",
+    ),
+    (
+        "What is the terrain of Nepal like?",
+        "Nepal - The World Factbook",
+    ),
+    ("What does Kenya export?", "Kenya - The World Factbook"),
+    (
+        "What religions are practiced in Indonesia?",
+        "Indonesia - The World Factbook",
+    ),
+    (
+        "Which city is the capital of Australia?",
+        "Australia - The World Factbook",
+    ),
+    (
+        "What's the weather like in Cairo?",
+        "Egypt - The World Factbook",
+    ),
+    (
+        "Which is the largest ocean on Earth?",
+        "Pacific Ocean - The World Factbook",
+    ),
+    (
+        "Is the Arctic Ocean covered by ice?",
+        "Arctic Ocean - The World Factbook",
+    ),
+    (
+        "What is the life expectancy in Monaco?",
+        "Monaco - The World Factbook",
+    ),
+    (
+        "Where is Madagascar located?",
+        "Madagascar - The World Factbook",
+    ),
+    (
+        "What is the national holiday of France?",
+        "France - The World Factbook",
+    ),
+    (
+        "What kind of government does Saudi Arabia have?",
+        "Saudi Arabia - The World Factbook",
+    ),
+    (
+        "What crops are grown in Ethiopia?",
+        "Ethiopia - The World Factbook",
+    ),
+    (
+        "Is Chile prone to earthquakes?",
+        "Chile - The World Factbook",
+    ),
+    (
+        "Is Ottawa the capital of Canada?",
+        "Canada - The World Factbook",
+    ),
+    (
+        "How cold does it get in Reykjavik?",
+        "Iceland - The World Factbook",
+    ),
+    (
+        "What are the biggest cities in Turkey?",
+        "Turkey - The World Factbook",
+    ),
+    (
+        "Give me a short history of Vietnam",
+        "Vietnam - The World Factbook",
+    ),
+    (
+        "How is the economy of Germany doing?",
+        "Germany - The World Factbook",
+    ),
+    (
+        "What languages do people speak in India?",
+        "India - The World Factbook",
+    ),
+    ("What time zone is Lima in?", "Peru - The World Factbook"),
+    ("Weather in Nairobi in July", "Kenya - The World Factbook"),
+    (
+        "What is Greenland's climate?",
+        "Greenland - The World Factbook",
+    ),
+    (
+        "When was the European Union founded?",
+        "European Union - The World Factbook",
+    ),
+    (
+        "What is the population of the whole world?",
+        "World - The World Factbook",
+    ),
+    (
+        "What are the ethnic groups of Malaysia?",
+        "Malaysia - The World Factbook",
+    ),
+    (
+        "What is the weather forecast for Lisbon this weekend?",
+        "Portugal - The World Factbook",
+    ),
+    (
+        "Which crate features does citestream have?",
+        "citestream README",
+    ),
+    (
+        "How do I run the citestream test suite?",
+        "citestream README",
+    ),
+];
+
+async fn top3(search: &Search, q: &str) -> Vec<Source> {
+    search
+        .search(&SearchQuery {
+            text: q.to_owned(),
+            context: vec![],
+        })
+        .await
+        .expect("local search does not fail")
+        .into_iter()
+        .take(3)
+        .collect()
+}
+
+#[tokio::test]
+async fn recall_over_the_bundled_corpus() {
+    let search = Search::new(&SearchConfig::default()).unwrap();
+    let (mut at1, mut at3) = (0, 0);
+    let mut misses = Vec::new();
+    for (q, want) in QUESTIONS {
+        let got = top3(&search, q).await;
+        let titles: Vec<&str> = got.iter().filter_map(|s| s.title.as_deref()).collect();
+        if titles.first() == Some(want) {
+            at1 += 1;
+        }
+        if titles.contains(want) {
+            at3 += 1;
+        } else {
+            misses.push(format!("{q:?}: want {want:?}, got {titles:?}"));
+        }
+    }
+    let n = QUESTIONS.len() as f64;
+    let (r1, r3) = (f64::from(at1) / n, f64::from(at3) / n);
+    println!(
+        "questions: {}, recall@1: {r1:.3} ({at1}), recall@3: {r3:.3} ({at3})",
+        QUESTIONS.len()
+    );
+    for m in &misses {
+        println!("miss: {m}");
+    }
+    assert!(QUESTIONS.len() >= 30);
+    assert!(
+        r3 >= 0.9,
+        "recall@3 {r3:.3} < 0.9; misses:\n{}",
+        misses.join("\n")
+    );
+}
+
+/// The seed's question, and the short form, find Portugal passages that
+/// name Lisbon (the capital and its climate).
+#[tokio::test]
+async fn the_lisbon_questions_find_portugal() {
+    let search = Search::new(&SearchConfig::default()).unwrap();
+    for q in [
+        "weather in Lisbon this weekend",
+        "What is the weather forecast for Lisbon this weekend?",
+    ] {
+        let got = top3(&search, q).await;
+        let hit = got.iter().find(|s| {
+            s.title.as_deref() == Some("Portugal - The World Factbook")
+                && s.heading.as_deref() == Some("Geography and climate")
+        });
+        let hit = hit.unwrap_or_else(|| panic!("{q}: {got:#?}"));
+        let text = hit.text.as_deref().unwrap();
+        assert!(
+            text.contains("Capital: Lisbon") && text.contains("Climate"),
+            "{text}"
+        );
+        assert_eq!(
+            hit.url.as_deref(),
+            Some(
+                "https://www.cia.gov/the-world-factbook/countries/portugal/#geography-and-climate"
+            )
+        );
+        assert_eq!(hit.year.as_deref(), Some("2015"));
+        assert_eq!(hit.author.as_deref(), Some("Central Intelligence Agency"));
+    }
+}

@@ -1,0 +1,242 @@
+"""citestream for the LiteLLM proxy: web search with cited sources as a
+`CustomLogger` callback.
+
+```yaml
+# config.yaml
+litellm_settings:
+  callbacks: citestream.litellm.proxy_handler   # config: env CITESTREAM_CONFIG
+```
+
+or, with the config path in code (a module next to config.yaml):
+
+```python
+from citestream.litellm import CitestreamCallback
+proxy_handler = CitestreamCallback(config_path="citestream.toml")
+```
+
+What runs where (every decision is made by the Rust crates, through
+`citestream.Grounding`; this module only converts LiteLLM's objects):
+
+* `async_pre_call_hook` (chat completions and `/v1/messages`): a request
+  with a `web_search` member goes through `Grounding.prepare` on a worker
+  thread: `web_search` validated (anything but a boolean: a 400 in the
+  proxy's OpenAI error shape, `param` = `web_search`) and removed, the
+  daily quota reserved, the configured provider searched, the quota
+  committed or released, the numbered sources injected into `messages`.
+  The request then goes upstream without `web_search`.
+* `async_post_call_streaming_iterator_hook`: each chunk object LiteLLM
+  yields is serialized (`model_dump_json`, as the proxy does), framed as
+  one SSE event and fed to the core's streaming rewriter; an event the
+  rewriter returns unchanged is passed on as the same object, a modified or
+  synthesized one (the annotations chunk, the finish chunk with `sources` /
+  `citations`) becomes a new `ModelResponseStream`. Only objects are
+  yielded for chat: the proxy treats a yielded `str` as an error message.
+  On `/v1/messages` the proxy streams the provider's native SSE bytes:
+  they go through the messages rewriter as bytes (`sources` on
+  `message_delta`).
+* `async_post_call_success_hook`: a whole response is serialized, rewritten
+  by the core and returned as a new `ModelResponse` (a dict on
+  `/v1/messages`).
+
+Config: the TOML file of `citestream serve` (SPEC section 12): `[search]`
+(static, searxng, perplexity, http, brave, tavily, exa, local), `[quota]`
+(memory, or redis with `redis_url`: the core's Redis store and scripts,
+shared with `citestream serve` replicas), `[plans.default]`, `[rewrite]`.
+`[server]` and `[upstream]` are not used (LiteLLM is the server). LiteLLM
+authenticates clients and does not hand the callback their keys, so use
+`auth.mode = "open"` (the default): every request counts against the
+account `anonymous` on plan `default`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import OrderedDict
+from typing import Any, AsyncGenerator, Optional
+
+from litellm.integrations.custom_logger import CustomLogger
+from litellm.types.utils import ModelResponse, ModelResponseStream
+from pydantic import Field
+
+from . import Grounding, Grounded, RequestError
+
+__all__ = ["CitedChunk", "CitestreamCallback", "proxy_handler", "rewrite_chunk"]
+
+# Request members the grounding reads (the rest of LiteLLM's `data` holds
+# proxy internals that are neither JSON nor the model's business).
+_MEMBERS = ("model", "messages", "web_search", "stream", "n", "stream_options", "system")
+_CHAT_CALLS = frozenset({"completion", "acompletion"})
+_MESSAGES_CALLS = frozenset({"anthropic_messages"})
+# Plans of requests between the pre-call hook and their response; bounded
+# so requests whose response never comes (upstream error) cannot pile up.
+_MAX_PENDING = 10_000
+
+
+class CitestreamCallback(CustomLogger):
+    """The LiteLLM callback. `config_path`: the TOML config file of
+    `citestream serve` (default: env `CITESTREAM_CONFIG`, else the embedded
+    defaults: bundled local corpus, quota in memory)."""
+
+    def __init__(self, config_path: Optional[str] = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        path = config_path or os.environ.get("CITESTREAM_CONFIG") or None
+        self.grounding = Grounding(path)
+        self._pending: OrderedDict[str, Grounded] = OrderedDict()
+
+    # ---- request side ---------------------------------------------------
+    async def async_pre_call_hook(self, user_api_key_dict, cache, data: dict, call_type):
+        if call_type in _CHAT_CALLS:
+            endpoint = "chat"
+        elif call_type in _MESSAGES_CALLS:
+            endpoint = "messages"
+        else:
+            return data
+        if "web_search" not in data:
+            return data  # nothing to search, nothing to strip
+        body = json.dumps({k: data[k] for k in _MEMBERS if k in data}).encode()
+        try:
+            prepared = await asyncio.to_thread(self.grounding.prepare, body, endpoint=endpoint)
+        except RequestError as e:
+            raise _proxy_error(e) from None
+        forwarded = json.loads(prepared.body)
+        data.pop("web_search", None)
+        for k, v in forwarded.items():
+            data[k] = v
+        if prepared.sources is not None:
+            self._remember(data, prepared)
+        return data
+
+    def _remember(self, data: dict, prepared: Grounded) -> None:
+        key = data.get("litellm_call_id")
+        if not key:
+            return
+        self._pending[key] = prepared
+        while len(self._pending) > _MAX_PENDING:
+            self._pending.popitem(last=False)
+
+    def _take(self, data: Optional[dict]) -> Optional[Grounded]:
+        key = (data or {}).get("litellm_call_id")
+        return self._pending.pop(key, None) if key else None
+
+    async def async_post_call_failure_hook(self, request_data, original_exception, user_api_key_dict, traceback_str=None):
+        self._take(request_data)
+
+    # ---- response side --------------------------------------------------
+    async def async_post_call_streaming_iterator_hook(self, user_api_key_dict, response, request_data: dict) -> AsyncGenerator[Any, None]:
+        prepared = self._take(request_data)
+        rewriter = prepared.rewriter() if prepared is not None else None
+        if rewriter is None:
+            async for item in response:
+                yield item
+            return
+        raw = False
+        async for item in response:
+            if isinstance(item, (bytes, bytearray)):
+                # Native SSE bytes (the /v1/messages route): bytes in, bytes out.
+                raw = True
+                out = rewriter.feed(item)
+                if out:
+                    yield out
+                continue
+            for out in rewrite_chunk(rewriter, item):
+                yield out
+        rest = rewriter.finish()
+        if raw:
+            if rest:
+                yield rest
+            return
+        for out in _objects(rest, None):
+            yield out
+
+    async def async_post_call_success_hook(self, data: dict, user_api_key_dict, response):
+        prepared = self._take(data)
+        if prepared is None:
+            return response
+        if isinstance(response, dict):  # /v1/messages answers as a dict
+            raw = json.dumps(response).encode()
+            out = prepared.rewrite_body(raw)
+            return response if out == raw else json.loads(out)
+        if not isinstance(response, ModelResponse):
+            return response
+        raw = response.model_dump_json(exclude_none=True).encode()
+        out = prepared.rewrite_body(raw)
+        if out == raw:
+            return response
+        rewritten = ModelResponse(**json.loads(out))
+        rewritten._hidden_params = getattr(response, "_hidden_params", {})
+        return rewritten
+
+
+class CitedChunk(ModelResponseStream):
+    """A `ModelResponseStream` whose top-level additions survive the proxy.
+
+    LiteLLM's proxy writes "simple" chunks (one choice, no usage, no
+    `system_fingerprint`, no `provider_specific_fields`) with a fast
+    serializer that drops every other top-level member, `sources` and
+    `citations` included (litellm 1.108, `_fast_serialize_simple_model_
+    response_stream`). This subclass sets `provider_specific_fields` to
+    `{}` (so the fast path is not taken) and leaves it out of the JSON, so
+    the chunk is written by `model_dump_json` with our members and nothing
+    else added. Used only for chunks without provider fields of their own.
+    """
+
+    provider_specific_fields: Optional[dict] = Field(default=None, exclude=True)
+
+
+def _chunk(obj: dict) -> ModelResponseStream:
+    if obj.get("provider_specific_fields") is None and ("sources" in obj or "citations" in obj):
+        obj.pop("provider_specific_fields", None)
+        return CitedChunk(**obj, provider_specific_fields={})
+    return ModelResponseStream(**obj)
+
+
+def rewrite_chunk(rewriter, item: Any) -> list:
+    """Feeds one LiteLLM stream item to `rewriter` and returns the objects
+    to yield in its place (usually `[item]` itself)."""
+    if isinstance(item, ModelResponseStream):
+        event = b"data: " + item.model_dump_json(exclude_none=True, exclude_unset=True).encode() + b"\n\n"
+    elif isinstance(item, dict):
+        event = b"data: " + json.dumps(item).encode() + b"\n\n"
+    else:
+        return [item]  # not a chunk we can read: passed on untouched
+    return _objects(rewriter.feed(event), (event, item))
+
+
+def _objects(out: bytes, original) -> list:
+    """The chunk objects of the rewriter's output `out` (complete `data:`
+    events, LF-framed, as we fed them); an event equal to the one fed is
+    the original object."""
+    objs = []
+    for ev in out.split(b"\n\n"):
+        if not ev:
+            continue
+        if original is not None and ev + b"\n\n" == original[0]:
+            objs.append(original[1])
+            continue
+        data = b"\n".join(line[5:].lstrip(b" ") if line.startswith(b"data:") else b""
+                          for line in ev.split(b"\n") if line.startswith(b"data:"))
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            continue  # [DONE] or a comment: the proxy writes its own
+        objs.append(_chunk(obj) if isinstance(obj, dict) else obj)
+    return objs
+
+
+def _proxy_error(e: RequestError) -> Exception:
+    """The proxy's OpenAI-shaped error for a request the grounding refused."""
+    from litellm.proxy._types import ProxyException
+
+    return ProxyException(message=e.message, type="invalid_request_error", param=e.param, code=e.status)
+
+
+def __getattr__(name: str):
+    # `callbacks: citestream.litellm.proxy_handler` builds the instance when
+    # LiteLLM loads its config, so a bad config fails the proxy's start.
+    if name == "proxy_handler":
+        handler = CitestreamCallback()
+        globals()["proxy_handler"] = handler
+        return handler
+    raise AttributeError(name)
