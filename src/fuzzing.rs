@@ -62,12 +62,7 @@ pub fn template_match(learn: &[u8], candidate: &[u8]) -> Option<ChoiceRead> {
         return None;
     }
     let mut t = crate::rewrite::chat::template::ChunkTemplate::default();
-    t.learn(
-        learn,
-        (index, c.index_token.as_ref()),
-        c.content.as_ref(),
-        &holes,
-    );
+    t.learn(learn, index, c.content.as_ref(), &holes);
     let (index, content) = t.matches(candidate)?;
     Some((Some(index), content, false))
 }

@@ -246,14 +246,12 @@ impl ChatHandler {
                         index: Some(i),
                         content,
                         finish: false,
-                        index_token,
                     },
                 ] = &fast[..]
                 {
                     let slot = self.next_template;
                     self.next_template = (slot + 1) % TEMPLATES;
-                    let index = (*i, index_token.as_ref());
-                    self.templates[slot].learn(d, index, content.as_ref(), &holes);
+                    self.templates[slot].learn(d, *i, content.as_ref(), &holes);
                 }
                 if finishing {
                     self.slow_path(f, true);

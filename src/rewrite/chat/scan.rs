@@ -168,9 +168,6 @@ pub(crate) struct FastChoice {
     /// Raw body of `delta.content` when it is a string.
     pub(crate) content: Option<Range<usize>>,
     pub(crate) finish: bool,
-    /// The (last) `index` token when it is a number other than 0 (then
-    /// also a hole).
-    pub(crate) index_token: Option<Range<usize>>,
 }
 
 /// The hot path's scan of one chunk: validates the whole JSON text and
@@ -245,7 +242,6 @@ fn fast_choice(
         index: Some(0),
         content: None,
         finish: false,
-        index_token: None,
     };
     if !c.empty(b'}') {
         loop {
@@ -279,18 +275,11 @@ fn fast_choice(
                     c.skip(3)?;
                 }
                 b"index" => {
+                    // Literal in a template: one template per choice of
+                    // `n` > 1 (cheaper than a hole; four slots hold them).
                     let start = c.i;
-                    let number = matches!(c.peek(), b'-' | b'0'..=b'9');
                     c.skip(3)?;
                     fc.index = json::parse_u32(&d[start..c.i]);
-                    // A hole, so that one template serves every choice of
-                    // the same shape (`n` > 1, interleaved); index 0 stays
-                    // literal (`n` = 1 streams: one hole less to match).
-                    fc.index_token = None;
-                    if number && fc.index != Some(0) {
-                        fc.index_token = Some(start..c.i);
-                        holes.push(start..c.i);
-                    }
                 }
                 b"finish_reason" => {
                     fc.finish = c.peek() == b'"';
@@ -381,10 +370,12 @@ mod tests {
         let d = r#"{"id":"c","object":"o","choices":[{"index":0,"delta":{"role":"assistant","content":"x","tool_calls":[{"function":{"arguments":"{}"}}]}}],"obfuscation":"zz"}"#;
         let (_, holes) = fast(d).unwrap().unwrap();
         assert_eq!(holes, [r#""assistant""#, r#""{}""#, r#""zz""#]);
-        let (_, holes) = fast(&d.replace(r#""index":0"#, r#""index":2"#))
-            .unwrap()
-            .unwrap();
-        assert_eq!(holes, ["2", r#""assistant""#, r#""{}""#, r#""zz""#]);
+        let usage = d.replace(
+            r#""obfuscation":"zz""#,
+            r#""usage":{"total_tokens":12,"cost":0.5}"#,
+        );
+        let (_, holes) = fast(&usage).unwrap().unwrap();
+        assert_eq!(holes, [r#""assistant""#, r#""{}""#, "12", "0.5"]);
     }
 
     #[test]

@@ -18,16 +18,15 @@ pub(crate) const TEMPLATES: usize = 4;
 ///
 /// Chunks of one stream are nearly identical: the same `id`, `model`,
 /// `created`, keys and punctuation; only string and number values vary
-/// (the content, reasoning text, `obfuscation` padding, a running `usage`,
-/// the choice index when `n` > 1). A template is the learned chunk cut at
-/// those tokens ("holes"): the strings and numbers of the delta and of the
-/// choice (its `index` included), and the top-level ones other than the
-/// envelope's. A chunk made of the same literal segments with a valid JSON
+/// (the content, reasoning text, `obfuscation` padding, a running `usage`).
+/// A template is the learned chunk cut at those tokens ("holes"): the
+/// strings and numbers of the delta and of the choice (not its `index`),
+/// and the top-level ones other than the envelope's. A chunk made of the same literal segments with a valid JSON
 /// token of the same kind (string or number) in each hole parses exactly
 /// like the chunk the template was learned from, except for those values:
-/// it is valid JSON with one choice, without `finish_reason`, its index
-/// the number in the index hole (or the learned one, without an index
-/// hole), its content (if the template has a content hole) in that hole.
+/// it is valid JSON with one choice, the learned index, without
+/// `finish_reason`, its content (if the template has a content hole) in
+/// that hole.
 /// Anything else takes the full scan.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ChunkTemplate {
@@ -38,8 +37,6 @@ pub(crate) struct ChunkTemplate {
     /// Per hole: a string (else a number).
     pub(crate) strings: Vec<bool>,
     pub(crate) content_hole: Option<usize>,
-    pub(crate) index_hole: Option<usize>,
-    /// The choice index when there is no index hole.
     pub(crate) index: u32,
     pub(crate) valid: bool,
 }
@@ -55,7 +52,6 @@ impl ChunkTemplate {
         let mut pos = 0;
         let mut lit = 0;
         let mut content = None;
-        let mut index = self.index;
         let last = self.seg_ends.len() - 1;
         for (h, &end) in self.seg_ends.iter().enumerate() {
             let seg = &self.literal[lit..end];
@@ -65,7 +61,7 @@ impl ChunkTemplate {
             pos += seg.len();
             lit = end;
             if h == last {
-                return (pos == d.len()).then_some((index, content));
+                return (pos == d.len()).then_some((self.index, content));
             }
             if self.strings[h] {
                 let (s_end, _) = json::scan_string(d, pos).ok()?;
@@ -77,25 +73,19 @@ impl ChunkTemplate {
                 if !matches!(d.get(pos), Some(b'-' | b'0'..=b'9')) {
                     return None;
                 }
-                let n_end = json::scan_number(d, pos).ok()?;
-                if Some(h) == self.index_hole {
-                    index = json::parse_u32(&d[pos..n_end])?;
-                }
-                pos = n_end;
+                pos = json::scan_number(d, pos).ok()?;
             }
         }
         None
     }
 
-    /// Learns from a chunk the fast scan found to have one choice and no
-    /// finish: `index` its index and `index_token` where that index is
-    /// written (when it is a number), `content` the content's raw body,
-    /// `holes` the other varying string and number tokens (the index
-    /// token among them).
+    /// Learns from a chunk the fast scan found to have one choice (`index`)
+    /// and no finish: `content` is the content's raw body, `holes` the
+    /// other varying string and number tokens.
     pub(crate) fn learn(
         &mut self,
         d: &[u8],
-        (index, index_token): (u32, Option<&Range<usize>>),
+        index: u32,
         content: Option<&Range<usize>>,
         holes: &[Range<usize>],
     ) {
@@ -118,7 +108,6 @@ impl ChunkTemplate {
         self.seg_ends.clear();
         self.strings.clear();
         self.content_hole = None;
-        self.index_hole = None;
         let mut at = 0;
         for (k, h) in cuts.iter().enumerate() {
             if h.start < at {
@@ -129,9 +118,6 @@ impl ChunkTemplate {
             self.strings.push(d[h.start] == b'"');
             if Some(h) == content_tok.as_ref() {
                 self.content_hole = Some(k);
-            }
-            if Some(h) == index_token {
-                self.index_hole = Some(k);
             }
             at = h.end;
         }
@@ -153,8 +139,7 @@ mod tests {
         assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes).unwrap());
         let [c] = &cs[..] else { panic!("one choice") };
         let mut t = ChunkTemplate::default();
-        let index = (c.index.unwrap(), c.index_token.as_ref());
-        t.learn(d.as_bytes(), index, c.content.as_ref(), &holes);
+        t.learn(d.as_bytes(), c.index.unwrap(), c.content.as_ref(), &holes);
         t
     }
 
@@ -169,15 +154,9 @@ mod tests {
         let t = learned(CHUNK);
         assert!(t.valid);
         assert_eq!(t.index, 2);
-        // Holes: the index (not 0), the content, the obfuscation.
-        assert_eq!(t.seg_ends.len(), 4);
-        assert_eq!(t.strings, [false, true, true]);
-        assert_eq!(
-            learned(&CHUNK.replace(r#""index":2"#, r#""index":0"#))
-                .seg_ends
-                .len(),
-            3
-        );
+        // Holes: the content, the obfuscation.
+        assert_eq!(t.seg_ends.len(), 3);
+        assert_eq!(t.strings, [true, true]);
         assert_eq!(content(&t, CHUNK), Some(Some("Hi")));
         let other = CHUNK
             .replace("Hi", r#"a \"[1]\" \u00e9"#)
@@ -204,21 +183,19 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_holes_and_the_index_is_read_from_its_hole() {
-        let d = r#"{"id":"p","created":5,"choices":[{"index":1,"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,"cost":0.25}}"#;
+    fn numbers_are_holes_but_not_the_index() {
+        let d = r#"{"id":"p","created":5,"choices":[{"index":1,"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":7,"total_tokens":10,"cost":0.25}}"#;
         let t = learned(d);
         let other = d
-            .replace(r#""index":1"#, r#""index":2"#)
-            .replace(":1,", ":17,")
-            .replace(":4,", ":20,")
+            .replace(":7,", ":17,")
+            .replace(":10,", ":20,")
             .replace("0.25", "-1.5e-3");
-        assert_eq!(t.matches(other.as_bytes()).map(|m| m.0), Some(2));
+        assert_eq!(t.matches(other.as_bytes()).map(|m| m.0), Some(1));
         for bad in [
-            d.replace(r#""index":1"#, r#""index":-1"#),
+            d.replace(r#""index":1"#, r#""index":2"#),
             d.replace(r#""index":1"#, r#""index":1.5"#),
-            d.replace(r#""index":1"#, r#""index":"0""#),
-            d.replace(":1,", r#":"1","#),
-            d.replace(":1,", ":01,"),
+            d.replace(":7,", r#":"7","#),
+            d.replace(":7,", ":07,"),
             d.replace(r#""created":5"#, r#""created":6"#),
         ] {
             assert_eq!(t.matches(bad.as_bytes()), None, "{bad}");
@@ -238,7 +215,7 @@ mod tests {
         let big = CHUNK.replace("Hi", &"x".repeat(MAX_TEMPLATE));
         assert!(!learned(&big).valid);
         let mut t = learned(CHUNK);
-        t.learn(big.as_bytes(), (0, None), None, &[]);
+        t.learn(big.as_bytes(), 0, None, &[]);
         assert!(!t.valid, "a failed learn forgets the old template");
     }
 }
