@@ -10,7 +10,7 @@
 //! `model`, `system_fingerprint`), `usage`, the spans a finish chunk's
 //! rewrite needs, and escaped keys. On valid JSON without escaped keys both
 //! read the same index, content and finish for every choice (the
-//! `chat_fast_diff` fuzz target checks this); both reject exactly the
+//! `chat_scan` fuzz target checks this, and templates against both); both reject exactly the
 //! invalid texts.
 
 use std::ops::Range;
