@@ -31,7 +31,7 @@ _built = False
 
 def needed(items) -> bool:
     """True when one of the collected items needs the package."""
-    return any(Path(str(i.fspath)).name.startswith(NEEDS) for i in items)
+    return any(Path(str(i.path)).name.startswith(NEEDS) for i in items)
 
 
 def build() -> None:
