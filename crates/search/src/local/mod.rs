@@ -49,14 +49,10 @@ impl fmt::Debug for LocalIndex {
 
 impl LocalIndex {
     /// The index over the bundled corpus (CIA World Factbook passages and
-    /// the project's README; see `crates/search/corpus/README.md`).
+    /// the project's `docs/`; see `crates/search/corpus/README.md`).
     #[must_use]
     pub fn bundled() -> LocalIndex {
-        let mut passages = Vec::new();
-        for (name, text) in bundled::FILES {
-            add_document(&mut passages, name, &format!("bundled:{name}"), text);
-        }
-        LocalIndex::new(passages)
+        LocalIndex::new(bundled::passages())
     }
 
     /// The index over the documents under `dir` (recursively).
