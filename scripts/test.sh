@@ -21,7 +21,19 @@ fi
 cargo test --workspace --all-features --doc
 
 # End-to-end tests (tests/e2e, pytest): real SDKs, redis-server, Envoy and
-# LiteLLM against the hosts, with the loopback replay upstream.
+# LiteLLM against the hosts, with the loopback replay upstream. Programs they
+# need from Debian: faketime (the quota's midnight test) and Node with npm
+# (the openai npm client); the tests install them too when run alone.
+E2E_DEBS=""
+command -v faketime >/dev/null 2>&1 || E2E_DEBS="$E2E_DEBS faketime"
+command -v npm >/dev/null 2>&1 || E2E_DEBS="$E2E_DEBS nodejs npm"
+if [ -n "$E2E_DEBS" ]; then
+    echo "scripts/test.sh: installing$E2E_DEBS (Debian packages)" >&2
+    if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $E2E_DEBS >/dev/null
+fi
 E2E_PY=$(scripts/e2e-venv.sh)
 cargo build -p citestream-cli
 export CITESTREAM_BIN="$PWD/target/debug/citestream"

@@ -168,3 +168,18 @@ def test_compressed_upstream_body_passes_through_untouched(envoys, replay, mode,
     (ex,) = replay.wait_for(lambda log: len(log) == 1 and log[0].done)
     # We asked for identity; this upstream compresses anyway.
     assert ex.header("accept-encoding") == "identity"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--config", "/nonexistent/citestream.toml"], "/nonexistent/citestream.toml"),
+    (["--listen", "not-an-address"], "--listen"),
+    (["--bogus", "1"], "--bogus"),
+])
+def test_start_up_errors_exit_2_with_one_line(args, needle):
+    import subprocess
+
+    from harness.procs import citestream_bin
+    p = subprocess.run([citestream_bin(), "ext-proc", *args], capture_output=True, timeout=30)
+    assert p.returncode == 2, p
+    lines = p.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], lines

@@ -155,3 +155,27 @@ def test_redis_server_starts(redis_server):
     assert r.ping() and r.set("k", "v") and r.get("k") == b"v"
     redis_server.stop()
     assert redis_server.proc.returncode is not None
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_upstream_request_check_accepts_a_splice_and_catches_changes(path):
+    import re
+
+    from harness.checks import QUESTION, SOURCES, check_upstream_request, client_body
+
+    body, (a, b) = client_body(path, "replay:x", True)
+    stripped = re.sub(rb',\s*"web_search"\s*:\s*true', b"", body)
+    block = "Sources:\n" + "\n".join(f"[{i + 1}] {s['title']} {s['url']} {s['text']}" for i, s in enumerate(SOURCES))
+    if path == "/v1/messages":
+        new = body[a:b].replace(b'"text": "', b'"text": ' + json.dumps(block + "\n\n")[:-1].encode(), 1)
+    else:
+        new = json.dumps(block + "\n\n" + QUESTION).encode()
+    shift = 0 if body.find(b'"web_search"') > a else len(body) - len(stripped)
+    good = stripped[: a - shift] + new + stripped[b - shift :]
+    check_upstream_request(body, (a, b), good)
+    for bad in (good.replace(b"Earlier answer", b"Earlier answeR"),  # an earlier turn changed
+                good.replace(b'"u-1"}', b'"u-1" }').replace(b"0.50", b"0.5"),  # other bytes re-spelled
+                stripped,  # nothing injected
+                body):  # web_search not stripped
+        with pytest.raises(AssertionError):
+            check_upstream_request(body, (a, b), bad)

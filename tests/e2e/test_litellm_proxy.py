@@ -244,3 +244,17 @@ def test_messages_endpoint_with_the_anthropic_sdk(proxy, replay, stream):
     sent = ex.json()
     assert "web_search" not in sent
     assert "[1] Lisbon weather" in sent["messages"][-1]["content"][0]["text"]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_upstream_error_passes_and_the_proxy_keeps_serving(client, proxy, replay, stream):
+    from citestream.litellm import CitestreamCallback  # noqa: F401  (the module the proxy loaded)
+
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="lisbon-400", stream=stream, extra_body={"web_search": True},
+                                       messages=[{"role": "user", "content": QUESTION}])
+    assert e.value.status_code == 400
+    sent = [x.json() for x in replay.exchanges() if x.path == "/v1/chat/completions"]
+    assert sent and "web_search" not in sent[0]
+    _, content, anns = _stream(client)
+    assert content == _upstream_content() and [_span(a) for a in anns] == SPANS

@@ -68,6 +68,14 @@ struct Job {
 }
 
 impl Job {
+    fn new(events: usize, interval_us: u64, hold: bool) -> Job {
+        Job {
+            events,
+            interval_us,
+            hold,
+        }
+    }
+
     fn model(&self) -> String {
         format!(
             "bench:{}:{}:{}",
@@ -80,11 +88,11 @@ impl Job {
     fn parse(body: &[u8]) -> Option<Job> {
         let v: serde_json::Value = serde_json::from_slice(body).ok()?;
         let mut it = v.get("model")?.as_str()?.strip_prefix("bench:")?.split(':');
-        Some(Job {
-            events: it.next()?.parse().ok()?,
-            interval_us: it.next()?.parse().ok()?,
-            hold: it.next()? == "1",
-        })
+        Some(Job::new(
+            it.next()?.parse().ok()?,
+            it.next()?.parse().ok()?,
+            it.next()? == "1",
+        ))
     }
 }
 
@@ -372,11 +380,7 @@ fn rss_bytes(pid: u32) -> u64 {
 /// Starts `n` streams that the upstream holds open after their first
 /// event; returns once all of them have read it (or after 60 s).
 async fn open_held(bench: &Bench, url: &str, web_search: bool, n: usize) -> Vec<StreamTask> {
-    let job = Job {
-        events: 2,
-        interval_us: 0,
-        hold: true,
-    };
+    let job = Job::new(2, 0, true);
     let body = request_body(job, web_search);
     let first = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..n)
@@ -628,11 +632,7 @@ async fn run(args: Args) {
 /// Paced streams: per-event latency and time to the response head.
 async fn latency_table(bench: &Bench, args: &Args, targets: &[Target]) {
     for t in targets {
-        let warm = Job {
-            events: 20,
-            interval_us: 1000,
-            hold: false,
-        };
+        let warm = Job::new(20, 1000, false);
         run_level(bench, &t.url, t.web_search, 20, warm).await;
     }
     println!(
@@ -682,11 +682,7 @@ async fn throughput_table(bench: &Bench, args: &Args, targets: &[Target]) {
     );
     println!("| streams | target | events/s | errors |\n|---|---|---|---|");
     for &n in &args.streams {
-        let job = Job {
-            events: (args.throughput_events / n).max(10),
-            interval_us: 0,
-            hold: false,
-        };
+        let job = Job::new((args.throughput_events / n).max(10), 0, false);
         for t in targets {
             let l = run_level(bench, &t.url, t.web_search, n, job).await;
             println!(
@@ -718,11 +714,7 @@ async fn rss_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::p
             (child, addr)
         };
         let url = format!("http://{addr}{CHAT_PATH}");
-        let warm = Job {
-            events: 5,
-            interval_us: 0,
-            hold: false,
-        };
+        let warm = Job::new(5, 0, false);
         run_level(bench, &url, web_search, 10, warm).await;
         let (per, errors) =
             rss_per_stream(bench, &url, web_search, child.0.id(), args.rss_streams).await;

