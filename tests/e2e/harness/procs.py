@@ -37,6 +37,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
+OVERRIDES = ("CITESTREAM_LISTEN", "CITESTREAM_UPSTREAM_URL", "CITESTREAM_REDIS_URL")
 
 
 def citestream_bin() -> str:
@@ -127,7 +128,9 @@ class Serve:
             cmd += ["--config", str(config_path)]
         port = free_port()
         cmd += ["--listen", f"127.0.0.1:{port}"] + (args or [])
-        full_env = {**os.environ, "RUST_BACKTRACE": "1", **(env or {})}
+        # The caller's CITESTREAM_* overrides would change the config under test.
+        base = {k: v for k, v in os.environ.items() if k not in OVERRIDES}
+        full_env = {**base, "RUST_BACKTRACE": "1", **(env or {})}
         proc = subprocess.Popen(
             cmd, env=full_env, stdin=subprocess.DEVNULL,
             stdout=open(tmp / "stdout", "wb"), stderr=open(tmp / "stderr", "wb"),
