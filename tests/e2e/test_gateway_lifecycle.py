@@ -1,13 +1,16 @@
 """`citestream serve` as a process: embedded defaults, drain on SIGTERM,
 upstream failures, compressed upstream bodies, the Lisbon example through
-the SDK, the operational endpoints (SPEC 12)."""
+the SDK, the operational endpoints, h2c, the CITESTREAM_* and ${VAR} config
+rules and start-up errors (SPEC 12)."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import signal
 import socket
+import subprocess
 import threading
 
 import httpx
@@ -15,7 +18,7 @@ import openai
 import pytest
 
 from harness.checks import SOURCES, assert_error_shape, client_body, raw_post
-from harness.procs import ROOT, citestream_rewrite, free_port
+from harness.procs import ROOT, citestream_bin, citestream_rewrite, free_port
 
 CHAT, MESSAGES = "/v1/chat/completions", "/v1/messages"
 LONG = "openai_gpt41nano_text_usage"
@@ -168,3 +171,29 @@ def test_h2c_prior_knowledge_stream(serve, replay, sources):
             data = b"".join(r.iter_raw())
             assert r.http_version == "HTTP/2" and r.status_code == 200
     assert data == citestream_rewrite(replay.body(LONG, True)[0], sources)
+
+
+def test_env_overrides_and_variables(serve, replay, sources):
+    dead = f"http://127.0.0.1:{free_port()}"
+    cfg = _config(replay, sources)
+    cfg["upstream"] = {"base_url": dead, "api_key": "${E2E_UPSTREAM_KEY}"}
+    gw = serve(cfg, env={"CITESTREAM_UPSTREAM_URL": replay.url, "E2E_UPSTREAM_KEY": "sk-from-env"})
+    status, _, _ = raw_post(gw.url + CHAT, client_body(CHAT, "replay:lisbon", True)[0])
+    assert status == 200
+    assert replay.exchanges()[0].header("authorization") == "Bearer sk-from-env"
+
+
+@pytest.mark.parametrize("toml,names", [
+    ('[upstream]\napi_key = "${E2E_SURELY_UNSET_VAR}"\n', ["E2E_SURELY_UNSET_VAR"]),
+    ('[server]\nshutdown_grace = "30x"\n', ["shutdown_grace"]),
+    ('[server]\nno_such_key = 1\n', ["no_such_key"]),
+])
+def test_config_errors_are_one_line_naming_the_key_and_exit_2(tmp_path, toml, names):
+    path = tmp_path / "bad.toml"
+    path.write_text(toml)
+    proc = subprocess.run([citestream_bin(), "serve", "--config", str(path), "--listen", f"127.0.0.1:{free_port()}"],
+                          capture_output=True, timeout=30, env={k: v for k, v in os.environ.items()
+                                                                if not k.startswith("E2E_")})
+    assert proc.returncode == 2, proc
+    err = proc.stderr.decode().strip()
+    assert len(err.splitlines()) == 1 and all(n in err for n in names), err
