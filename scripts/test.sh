@@ -35,7 +35,10 @@ if [ -n "$E2E_DEBS" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $E2E_DEBS >/dev/null
 fi
 E2E_PY=$(scripts/e2e-venv.sh)
-cargo build -p citestream-cli
+# The nextest run above built target/debug/citestream (the CLI's integration
+# tests need it) with the workspace's features; building it again with
+# `-p citestream-cli` would recompile the hosts with other features.
+[ -x target/debug/citestream ] || cargo build -p citestream-cli
 export CITESTREAM_BIN="$PWD/target/debug/citestream"
 # pytest exits 5 when it collects no test: that is a failure here too.
 set +e
