@@ -283,6 +283,61 @@ impl Parser {
         }
     }
 
+    /// The fused path's view of the input: the current piece and the
+    /// offset of its unscanned rest, when the parser stands at the start of
+    /// a block with nothing held (no partial block, no pending CR, the BOM
+    /// decided, not discarding) and that rest is not empty. Moves on to the
+    /// next queued piece when the current one is used up on a block
+    /// boundary. `None` otherwise: then [`next_frame_ref`](Self::next_frame_ref)
+    /// is the way on.
+    ///
+    /// A caller that recognises whole events at the start of that rest may
+    /// hand them out itself and [`skip`](Self::skip) them.
+    #[inline]
+    #[allow(dead_code)] // until the fused path uses it
+    pub(crate) fn clean_rest(&mut self) -> Option<(&Bytes, usize)> {
+        let st = &mut self.st;
+        if st.after_cr || st.discard || st.bom.is_some() || !st.partial.is_empty() {
+            return None;
+        }
+        if st.pos >= self.cur.len() {
+            if st.start < self.cur.len() {
+                return None;
+            }
+            self.cur = st.queue.pop_front()?;
+            st.pos = 0;
+            st.start = 0;
+        }
+        if st.pos != st.start || st.line_start != 0 {
+            return None;
+        }
+        st.release_owned();
+        Some((&self.cur, st.pos))
+    }
+
+    /// Marks the next `n` bytes of the rest [`clean_rest`](Self::clean_rest)
+    /// showed as handed out. The caller guarantees they are whole blocks
+    /// that the parser would dispatch as events: each a `data:` line
+    /// without CR or LF in it, an LF, then a blank LF line, at most
+    /// [`max_event_size`](Self::max_event_size) bytes before its blank
+    /// line. Such blocks change no parser state (no `id`, no `retry`), so
+    /// the parser is then exactly where dispatching them would leave it.
+    #[inline]
+    #[allow(dead_code)] // until the fused path uses it
+    pub(crate) fn skip(&mut self, n: usize) {
+        let st = &mut self.st;
+        debug_assert!(st.pos + n <= self.cur.len() && st.pos == st.start);
+        st.pos += n;
+        st.start = st.pos;
+    }
+
+    /// The configured event size limit ([`Config::max_event_size`]).
+    #[inline]
+    #[allow(dead_code)] // until the fused path uses it
+    pub(crate) fn max_event_size(&self) -> usize {
+        self.st.max
+    }
+
     /// Returns the next complete frame, or `None` when more input is needed.
     ///
     /// # Panics
@@ -407,6 +462,43 @@ mod tests {
             v.extend_from_slice(t);
         }
         v
+    }
+
+    /// `clean_rest` + `skip` leave the parser where dispatching the
+    /// skipped events would, across pieces and after gathered blocks.
+    #[test]
+    fn skipping_clean_events_matches_dispatching_them() {
+        let ev = b"data: {\"a\":1}\n\n";
+        let mut p = Parser::new();
+        // The BOM is undecided at the start: no clean rest yet.
+        p.feed(Bytes::from_static(b"data: x\n\n"));
+        assert!(p.clean_rest().is_none());
+        assert!(matches!(p.next_frame(), Some(Frame::Event(_))));
+        // Used up on a block boundary, a queued piece is next.
+        p.feed(Bytes::copy_from_slice(&[&ev[..], &ev[..], b"data: tail"].concat()));
+        let (piece, at) = p.clean_rest().expect("clean");
+        assert_eq!((at, &piece[..ev.len()]), (0, &ev[..]));
+        p.skip(2 * ev.len());
+        assert!(p.clean_rest().is_some());
+        assert!(p.next_frame().is_none(), "the tail is unterminated");
+        // Mid-block: nothing clean until the block ends.
+        assert!(p.clean_rest().is_none());
+        p.feed(Bytes::from_static(b"\n\r"));
+        let Some(Frame::Event(e)) = p.next_frame() else {
+            panic!()
+        };
+        assert_eq!(e.data(), b"tail");
+        // A CR that may pair with the next piece's LF: not clean.
+        assert!(p.clean_rest().is_none());
+        p.feed(Bytes::copy_from_slice(&[&b"\n"[..], &ev[..]].concat()));
+        assert!(matches!(p.next_frame(), Some(Frame::LineEnd(_))));
+        let (piece, at) = p.clean_rest().expect("clean");
+        assert_eq!(&piece[at..], &ev[..]);
+        p.skip(ev.len());
+        assert!(p.next_frame().is_none());
+        assert!(p.clean_rest().is_none(), "nothing left");
+        assert!(p.finish().is_none());
+        assert_eq!(p.max_event_size(), DEFAULT_MAX_EVENT_SIZE);
     }
 
     #[test]
