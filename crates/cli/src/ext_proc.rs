@@ -43,10 +43,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         let addr = server
             .local_addr()
             .map_err(|e| Failure::Io(std::io::Error::other(e.to_string())))?;
-        citestream_gateway::init_logging();
+        crate::process::init_logging();
         eprintln!("citestream ext-proc listening on {addr}");
         server
-            .run(citestream_gateway::shutdown_signal())
+            .run(crate::process::shutdown_signal())
             .await
             .map_err(|e| Failure::Io(std::io::Error::other(e.to_string())))
     })

@@ -14,6 +14,7 @@
 //! input file (one line on standard error), 1 on an I/O error mid-stream.
 
 mod ext_proc;
+mod process;
 mod search;
 mod serve;
 

@@ -29,11 +29,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     let config = Config::load(args.get("--config").map(Path::new))
         .map_err(|e| Failure::Usage(e.to_string()))?
         .search;
-    let _ = tracing_subscriber::fmt()
-        .with_writer(io::stderr)
-        .with_max_level(tracing::Level::WARN)
-        .with_target(false)
-        .try_init();
+    crate::process::init_warnings();
     let search = Search::new(&config).map_err(|e| Failure::Usage(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -13,7 +13,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use citestream_gateway::{Gateway, init_logging, shutdown_signal};
+use citestream_gateway::Gateway;
+
+use crate::process::{init_logging, shutdown_signal};
 use citestream_host::config::{Config, ConfigError};
 
 const USAGE: &str = "usage: citestream serve [--config FILE] [--listen ADDR]";

@@ -26,7 +26,13 @@
 //! let cfg = Config::load(None)?; // embedded defaults
 //! let gw = Gateway::new(&cfg).await?;
 //! let listener = tokio::net::TcpListener::bind(cfg.server.listen).await?;
-//! gw.serve(listener, citestream_gateway::shutdown_signal()).await;
+//! // Serves until the shutdown future completes (the `citestream` binary
+//! // passes one that waits for SIGTERM or SIGINT).
+//! let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! gw.serve(listener, async {
+//!     let _ = stopped.await;
+//! })
+//! .await;
 //! # Ok(()) }
 //! ```
 
@@ -115,39 +121,4 @@ impl Gateway {
         )
         .await;
     }
-}
-
-/// Completes on SIGTERM or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-}
-
-/// Installs the JSON-lines log writer on standard output (one line per
-/// request, plus start-up and drain lines), at level `info`.
-pub fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_span_list(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(std::io::stdout)
-        .try_init();
 }
