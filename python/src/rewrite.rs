@@ -213,133 +213,94 @@ impl<R: StreamRewriter + Send> Stream<R> {
     }
 }
 
-/// Rewrites an OpenAI `/v1/chat/completions` SSE stream (SPEC section 6).
-#[pyclass(module = "citestream._native")]
-#[derive(Debug)]
-pub(crate) struct ChatRewriter {
-    s: Stream<citestream::ChatStream>,
+/// Defines one Python class over one core streaming rewriter: the
+/// constructor (the keyword arguments every rewriter takes), `feed`,
+/// `finish` and `sources_emitted`. pyo3 classes cannot be generic, so both
+/// classes come from this one definition.
+macro_rules! stream_class {
+    ($(#[$doc:meta])* $name:ident($core:ty); $(#[$new_doc:meta])*) => {
+        $(#[$doc])*
+        #[pyclass(module = "citestream._native")]
+        #[derive(Debug)]
+        pub(crate) struct $name {
+            s: Stream<$core>,
+        }
+
+        impl $name {
+            fn from_core(inner: $core) -> Self {
+                $name {
+                    s: Stream {
+                        inner,
+                        finished: false,
+                    },
+                }
+            }
+        }
+
+        #[pymethods]
+        impl $name {
+            $(#[$new_doc])*
+            #[new]
+            #[pyo3(signature = (sources, *, dialect = "sources", offsets = "chars", n = 1, only_cited = false))]
+            fn new(
+                sources: &Bound<'_, PyAny>,
+                dialect: &str,
+                offsets: &str,
+                n: i64,
+                only_cited: bool,
+            ) -> PyResult<Self> {
+                let opts = options(dialect, offsets, n, only_cited)?;
+                Ok(Self::from_core(<$core>::new(sources_arg(sources)?, opts)))
+            }
+
+            /// Feeds the next piece of the upstream stream (split anywhere)
+            /// and returns the rewritten bytes it completed (possibly
+            /// empty).
+            fn feed<'py>(
+                &mut self,
+                py: Python<'py>,
+                data: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyBytes>> {
+                self.s.feed(py, data)
+            }
+
+            /// Ends the stream and returns the rest of the output. A second
+            /// call returns `b""`.
+            fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+                self.s.finish(py)
+            }
+
+            /// True once the top-level `sources`/`citations` went out.
+            #[getter]
+            fn sources_emitted(&self) -> bool {
+                self.s.inner.sources_emitted()
+            }
+        }
+    };
 }
 
-#[pymethods]
-impl ChatRewriter {
+stream_class! {
+    /// Rewrites an OpenAI `/v1/chat/completions` SSE stream (SPEC section 6).
+    ChatRewriter(citestream::ChatStream);
     /// `ChatRewriter(sources, *, dialect="sources", offsets="chars", n=1,
     /// only_cited=False)`.
-    #[new]
-    #[pyo3(signature = (sources, *, dialect = "sources", offsets = "chars", n = 1, only_cited = false))]
-    fn new(
-        sources: &Bound<'_, PyAny>,
-        dialect: &str,
-        offsets: &str,
-        n: i64,
-        only_cited: bool,
-    ) -> PyResult<Self> {
-        let opts = options(dialect, offsets, n, only_cited)?;
-        Ok(ChatRewriter {
-            s: Stream {
-                inner: citestream::ChatStream::new(sources_arg(sources)?, opts),
-                finished: false,
-            },
-        })
-    }
-
-    /// Feeds the next piece of the upstream stream (split anywhere) and
-    /// returns the rewritten bytes it completed (possibly empty).
-    fn feed<'py>(
-        &mut self,
-        py: Python<'py>,
-        data: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        self.s.feed(py, data)
-    }
-
-    /// Ends the stream and returns the rest of the output. A second call
-    /// returns `b""`.
-    fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        self.s.finish(py)
-    }
-
-    /// True once the top-level `sources`/`citations` went out.
-    #[getter]
-    fn sources_emitted(&self) -> bool {
-        self.s.inner.sources_emitted()
-    }
 }
 
-/// Rewrites an Anthropic `/v1/messages` SSE stream (SPEC section 7).
-#[pyclass(module = "citestream._native")]
-#[derive(Debug)]
-pub(crate) struct MessagesRewriter {
-    s: Stream<citestream::MessagesStream>,
-}
-
-#[pymethods]
-impl MessagesRewriter {
+stream_class! {
+    /// Rewrites an Anthropic `/v1/messages` SSE stream (SPEC section 7).
+    MessagesRewriter(citestream::MessagesStream);
     /// `MessagesRewriter(sources, *, dialect="sources", offsets="chars",
     /// n=1, only_cited=False)`. `n` is accepted for symmetry with the chat
     /// rewriter and the CLI; a messages response has one answer.
-    #[new]
-    #[pyo3(signature = (sources, *, dialect = "sources", offsets = "chars", n = 1, only_cited = false))]
-    fn new(
-        sources: &Bound<'_, PyAny>,
-        dialect: &str,
-        offsets: &str,
-        n: i64,
-        only_cited: bool,
-    ) -> PyResult<Self> {
-        let opts = options(dialect, offsets, n, only_cited)?;
-        Ok(MessagesRewriter {
-            s: Stream {
-                inner: citestream::MessagesStream::new(sources_arg(sources)?, opts),
-                finished: false,
-            },
-        })
-    }
-
-    /// Feeds the next piece of the upstream stream and returns the
-    /// rewritten bytes it completed (possibly empty).
-    fn feed<'py>(
-        &mut self,
-        py: Python<'py>,
-        data: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        self.s.feed(py, data)
-    }
-
-    /// Ends the stream and returns the rest of the output.
-    fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        self.s.finish(py)
-    }
-
-    /// True once the top-level `sources`/`citations` went out.
-    #[getter]
-    fn sources_emitted(&self) -> bool {
-        self.s.inner.sources_emitted()
-    }
 }
 
 /// Wraps a core rewriter chosen at run time in its Python class.
 pub(crate) fn rewriter_object(py: Python<'_>, r: citestream::Rewriter) -> PyResult<Py<PyAny>> {
     Ok(match r {
-        citestream::Rewriter::Chat(c) => Py::new(
-            py,
-            ChatRewriter {
-                s: Stream {
-                    inner: *c,
-                    finished: false,
-                },
-            },
-        )?
-        .into_any(),
-        citestream::Rewriter::Messages(m) => Py::new(
-            py,
-            MessagesRewriter {
-                s: Stream {
-                    inner: *m,
-                    finished: false,
-                },
-            },
-        )?
-        .into_any(),
+        citestream::Rewriter::Chat(c) => Py::new(py, ChatRewriter::from_core(*c))?.into_any(),
+        citestream::Rewriter::Messages(m) => {
+            Py::new(py, MessagesRewriter::from_core(*m))?.into_any()
+        }
     })
 }
 
