@@ -345,6 +345,16 @@ impl Parser {
     /// Never panics.
     #[must_use]
     pub fn next_frame(&mut self) -> Option<Frame> {
+        if let Some(q) = self.st.quick(&self.cur) {
+            return Some(Frame::Event(Event {
+                raw: self.cur.slice(q.start..q.end),
+                data: DataRepr::Slice(q.data),
+                event: q.event,
+                id: None,
+                retry: None,
+                last_event_id: self.st.last_event_id.clone(),
+            }));
+        }
         let f = self.st.advance(&mut self.cur)?;
         let raw = match f.raw {
             Loc::Cur(a, b) => self.cur.slice(a..b),
@@ -393,6 +403,21 @@ impl Parser {
     /// Never panics.
     #[must_use]
     pub fn next_frame_ref(&mut self) -> Option<FrameRef<'_>> {
+        if let Some(q) = self.st.quick(&self.cur) {
+            let raw = &self.cur[q.start..q.end];
+            return Some(FrameRef {
+                kind: FrameKind::Event,
+                raw,
+                data: &raw[q.data.clone()],
+                data_range: Some(q.data),
+                event: q.event,
+                id: None,
+                retry: None,
+                last_event_id: &self.st.last_event_id,
+                src: Src::Piece(&self.cur, q.start),
+                joined: &self.st.joined,
+            });
+        }
         let f = self.st.advance(&mut self.cur)?;
         let (raw, src): (&[u8], _) = match f.raw {
             Loc::Cur(a, b) => (&self.cur[a..b], Src::Piece(&self.cur, a)),
@@ -475,7 +500,9 @@ mod tests {
         assert!(p.clean_rest().is_none());
         assert!(matches!(p.next_frame(), Some(Frame::Event(_))));
         // Used up on a block boundary, a queued piece is next.
-        p.feed(Bytes::copy_from_slice(&[&ev[..], &ev[..], b"data: tail"].concat()));
+        p.feed(Bytes::copy_from_slice(
+            &[&ev[..], &ev[..], b"data: tail"].concat(),
+        ));
         let (piece, at) = p.clean_rest().expect("clean");
         assert_eq!((at, &piece[..ev.len()]), (0, &ev[..]));
         p.skip(2 * ev.len());

@@ -5,6 +5,8 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
+#[cfg(target_arch = "x86_64")]
+use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
 
@@ -22,6 +24,21 @@ pub(super) struct Found {
     pub(super) event: Option<Range<usize>>,
     pub(super) id: Option<Range<usize>>,
     pub(super) retry: Option<u64>,
+}
+
+impl Quick {
+    /// The same event as a [`Found`].
+    #[inline]
+    pub(super) fn found(self) -> Found {
+        Found {
+            kind: FrameKind::Event,
+            raw: Loc::Cur(self.start, self.end),
+            data: Some(self.data),
+            event: self.event,
+            id: None,
+            retry: None,
+        }
+    }
 }
 
 impl Found {
@@ -62,6 +79,11 @@ pub(super) struct State {
     pub(super) discard: bool,
     /// In discard mode: no byte since the last line end.
     pub(super) discard_at_line_start: bool,
+    /// The held bytes end in an unterminated `data` line whose value starts
+    /// here (block-relative), the block so far being what
+    /// [`State::quick`] reads: the next piece goes on with it in
+    /// [`State::continue_data`], not the general loop.
+    pub(super) open_data: Option<usize>,
     pub(super) data: Data,
     pub(super) scratch: BytesMut,
     pub(super) event: Option<Range<usize>>,
@@ -77,6 +99,18 @@ pub(super) struct State {
     pub(super) joined: Bytes,
 }
 
+/// An event found by [`State::quick`], lying whole in the current piece.
+#[derive(Clone, Debug)]
+pub(super) struct Quick {
+    /// The event's raw bytes: `cur[start..end]`.
+    pub(super) start: usize,
+    pub(super) end: usize,
+    /// The data's range in the raw bytes.
+    pub(super) data: Range<usize>,
+    /// The `event` line's value's range in the raw bytes.
+    pub(super) event: Option<Range<usize>>,
+}
+
 impl State {
     pub(super) fn new(max: usize) -> Self {
         State {
@@ -90,6 +124,7 @@ impl State {
             bom: Some(0),
             discard: false,
             discard_at_line_start: true,
+            open_data: None,
             data: Data::None,
             scratch: BytesMut::new(),
             event: None,
@@ -197,10 +232,14 @@ impl State {
                 }
                 continue;
             }
-            if self.pos == self.start && self.partial.is_empty() {
-                if let Some(f) = self.single_data_line(chunk) {
+            if let Some(v) = self.open_data.take() {
+                if let Some(f) = self.continue_data(chunk, v) {
                     return Some(f);
                 }
+                continue;
+            }
+            if let Some(q) = self.quick(chunk) {
+                return Some(q.found());
             }
             // Find the end of the current line.
             let Some(i) = find_line_end(&chunk[self.pos..]) else {
@@ -217,13 +256,7 @@ impl State {
             }
             if !self.partial.is_empty() {
                 if self.partial.len() + (next - self.start) > self.max {
-                    // The block is over the limit before its end: hand out
-                    // what is held, then forward the rest as it comes.
-                    self.discard = true;
-                    self.discard_at_line_start = true;
-                    self.reset_block();
-                    self.owned = std::mem::take(&mut self.partial).freeze();
-                    return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
+                    return Some(self.over_limit());
                 }
                 self.partial.extend_from_slice(&chunk[self.start..next]);
                 self.start = next;
@@ -236,58 +269,136 @@ impl State {
     }
 
     /// Fast path for the common blocks (`data: <value>`, or an `event:`
-    /// line then a `data:` line), each line ended, then a blank line, lying
-    /// whole in the piece: the same event the general loop
-    /// would dispatch, without its per-line bookkeeping. Returns `None`
-    /// (consuming nothing) for anything else.
-    #[inline]
-    pub(super) fn single_data_line(&mut self, chunk: &[u8]) -> Option<Found> {
+    /// line then a `data:` line, then a blank line), at a block start with
+    /// nothing held: the event the general loop would dispatch, without its
+    /// per-line bookkeeping. When the block turns out to be anything else,
+    /// the lines already scanned are recorded exactly as the general loop
+    /// would have processed them (so no byte is scanned twice) and `None`
+    /// is returned: the general loop goes on from there.
+    #[inline(always)]
+    pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
+        if self.pos != self.start
+            || self.line_start != 0
+            || self.after_cr
+            || self.discard
+            || self.bom.is_some()
+            || !self.partial.is_empty()
+        {
+            return None;
+        }
+        self.release_owned();
         let start = self.pos;
-        // A line end, returning where the next line starts; a CR as the
-        // piece's last byte may still pair with an LF: leave that to the
-        // general loop.
-        let after = |i: usize| -> Option<usize> {
-            match chunk.get(i)? {
-                b'\n' => Some(i + 1),
-                _ => match chunk.get(i + 1)? {
-                    b'\n' => Some(i + 2),
-                    _ => Some(i + 1),
-                },
-            }
-        };
-        // `field:` + one optional space: where the value starts.
-        let value = |at: usize, field: &[u8]| -> Option<usize> {
-            let rest = chunk.get(at..)?;
-            if !rest.starts_with(field) {
+        let rest = chunk.get(start..)?;
+        // Where the `data` line starts (after an optional `event` line, the
+        // Anthropic shape). Offsets are block-relative: the block starts
+        // at `start` and nothing is held.
+        let mut at = 0;
+        let mut event = None;
+        if !rest.starts_with(b"data:") {
+            if !rest.starts_with(b"event:") {
                 return None;
             }
-            Some(at + field.len() + usize::from(rest.get(field.len()) == Some(&b' ')))
+            let v = 6 + usize::from(rest.get(6) == Some(&b' '));
+            let Some(i) = find_line_end(&rest[v..]) else {
+                self.pos = chunk.len();
+                return None;
+            };
+            let t = v + i;
+            at = t + self.terminator_len(rest, t);
+            event = Some(v..t);
+            if !rest[at..].starts_with(b"data:") {
+                self.commit(at, event, Data::None);
+                return None;
+            }
+        }
+        let v = at + 5 + usize::from(rest.get(at + 5) == Some(&b' '));
+        let Some(i) = find_line_end(&rest[v..]) else {
+            self.commit(at, event, Data::None);
+            if at + 5 < rest.len() {
+                // Whether the value starts with a space is known.
+                self.open_data = Some(v);
+            }
+            self.pos = chunk.len();
+            return None;
         };
-        // An optional `event` line (the Anthropic shape), then the data.
-        let mut at = start;
-        let mut event = None;
-        if let Some(e) = value(start, b"event:") {
-            let t = e + find_line_end(chunk.get(e..)?)?;
-            event = Some(e - start..t - start);
-            at = after(t)?;
-        }
-        let v = value(at, b"data:")?;
-        let t = v + find_line_end(chunk.get(v..)?)?;
-        let blank = after(t)?;
-        if !matches!(chunk.get(blank), Some(b'\n' | b'\r')) {
+        let t = v + i;
+        let next = t + self.terminator_len(rest, t);
+        // A blank line next, and the block within the limit (its size is
+        // its lines up to the blank one).
+        if !matches!(rest.get(next), Some(b'\n' | b'\r')) || next > self.max {
+            self.commit(next, event, Data::One(v..t));
             return None;
         }
-        let end = after(blank)?;
-        if blank - start > self.max {
+        let end = next + self.terminator_len(rest, next);
+        self.pos = start + end;
+        self.start = self.pos;
+        Some(Quick {
+            start,
+            end: start + end,
+            data: v..t,
+            event,
+        })
+    }
+
+    /// [`quick`](Self::quick) gives up after processing the block's lines
+    /// up to `next` (block-relative): the state the general loop would have
+    /// reached.
+    #[inline]
+    fn commit(&mut self, next: usize, event: Option<Range<usize>>, data: Data) {
+        self.pos = self.start + next;
+        self.line_start = next;
+        self.event = event;
+        self.data = data;
+    }
+
+    /// The block held across pieces is over the limit before its end, at
+    /// a line end: hand out what is held, then forward the rest as it
+    /// comes.
+    fn over_limit(&mut self) -> Found {
+        self.discard = true;
+        self.discard_at_line_start = true;
+        self.reset_block();
+        self.owned = std::mem::take(&mut self.partial).freeze();
+        Found::plain(FrameKind::Oversized, Loc::Owned)
+    }
+
+    /// Goes on with the `data` line that [`quick`](Self::quick) left open
+    /// at the end of the previous piece (its value starting at `v`,
+    /// block-relative): when the line and then a blank line end in this
+    /// piece, the event, gathered with one copy. Otherwise the line is
+    /// processed (or left open) exactly as the general loop would, and
+    /// `None` is returned.
+    fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Found> {
+        let Some(i) = find_line_end(&chunk[self.pos..]) else {
+            self.pos = chunk.len();
+            self.open_data = Some(v);
+            return None;
+        };
+        let t = self.pos + i;
+        let next = t + self.terminator_len(chunk, t);
+        let line_end = self.rel(t);
+        self.pos = next;
+        if self.rel(next) > self.max {
+            return Some(self.over_limit());
+        }
+        if !matches!(chunk.get(next), Some(b'\n' | b'\r')) {
+            self.partial.extend_from_slice(&chunk[self.start..next]);
+            self.start = next;
+            self.line_start = self.rel(next);
+            self.data = Data::One(v..line_end);
             return None;
         }
+        let end = next + self.terminator_len(chunk, next);
+        self.partial.extend_from_slice(&chunk[self.start..end]);
+        self.owned = self.partial.split().freeze();
         self.pos = end;
         self.start = end;
+        self.line_start = 0;
         Some(Found {
             kind: FrameKind::Event,
-            raw: Loc::Cur(start, end),
-            data: Some(v - start..t - start),
-            event,
+            raw: Loc::Owned,
+            data: Some(v..line_end),
+            event: self.event.take(),
             id: None,
             retry: None,
         })
@@ -343,7 +454,9 @@ impl State {
             self.owned = std::mem::take(&mut self.partial).freeze();
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
-        self.partial.extend_from_slice(&cur[start..len]);
+        if start < len {
+            self.partial.extend_from_slice(&cur[start..len]);
+        }
         *cur = Bytes::new();
         self.pos = 0;
         self.start = 0;
@@ -486,6 +599,7 @@ impl State {
     }
 
     pub(super) fn reset_block(&mut self) {
+        self.open_data = None;
         self.data = Data::None;
         self.event = None;
         self.id = None;
@@ -494,12 +608,23 @@ impl State {
     }
 }
 
+/// memchr's AVX2 searcher for CR and LF, when the CPU has it: held once,
+/// so each search skips memchr's dispatch (three calls deep).
+#[cfg(target_arch = "x86_64")]
+static AVX2: LazyLock<Option<memchr::arch::x86_64::avx2::memchr::Two>> =
+    LazyLock::new(|| memchr::arch::x86_64::avx2::memchr::Two::new(b'\n', b'\r'));
+
 /// Index of the first CR or LF: a plain loop for short inputs (where a
-/// `memchr2` call costs more than it saves), `memchr2` otherwise.
+/// call costs more than it saves), else memchr's AVX2 searcher when the CPU
+/// has it, else `memchr2`.
 #[inline]
 pub(super) fn find_line_end(b: &[u8]) -> Option<usize> {
     if b.len() <= 16 {
         return b.iter().position(|&c| c == b'\n' || c == b'\r');
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(two) = &*AVX2 {
+        return two.find(b);
     }
     memchr::memchr2(b'\n', b'\r', b)
 }
