@@ -277,8 +277,9 @@ impl State {
     /// is returned: the general loop goes on from there.
     #[inline(always)]
     pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
+        // (`line_start` is 0 whenever this holds: any line consumed moves
+        // `pos` past `start` or into `partial`.)
         if self.pos != self.start
-            || self.line_start != 0
             || self.after_cr
             || self.discard
             || self.bom.is_some()
@@ -287,6 +288,7 @@ impl State {
             return None;
         }
         self.release_owned();
+        debug_assert_eq!(self.line_start, 0);
         let start = self.pos;
         let rest = chunk.get(start..)?;
         // Where the `data` line starts (after an optional `event` line, the
@@ -322,14 +324,18 @@ impl State {
             return None;
         };
         let t = v + i;
-        let next = t + self.terminator_len(rest, t);
-        // A blank line next, and the block within the limit (its size is
-        // its lines up to the blank one).
-        if !matches!(rest.get(next), Some(b'\n' | b'\r')) || next > self.max {
-            self.commit(next, event, Data::One(v..t));
-            return None;
-        }
-        let end = next + self.terminator_len(rest, next);
+        // A blank line next (LF LF, the usual shape, tested first), and the
+        // block within the limit: its size is its lines up to the blank one.
+        let end = if rest.get(t..t + 2) == Some(b"\n\n") && t < self.max {
+            t + 2
+        } else {
+            let next = t + self.terminator_len(rest, t);
+            if !matches!(rest.get(next), Some(b'\n' | b'\r')) || next > self.max {
+                self.commit(next, event, Data::One(v..t));
+                return None;
+            }
+            next + self.terminator_len(rest, next)
+        };
         self.pos = start + end;
         self.start = self.pos;
         Some(Quick {
