@@ -156,9 +156,48 @@ impl State {
     }
 
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
-    #[inline]
+    ///
+    /// The two common steps between quick-path events come first, without
+    /// the general loop: a `data` line left open by the previous piece,
+    /// continued; a piece scanned to its end mid-block with nothing queued,
+    /// its rest gathered.
+    #[inline(always)]
     pub(super) fn advance(&mut self, cur: &mut Bytes) -> Option<Found> {
         self.release_owned();
+        if self.pos < cur.len() {
+            if let Some(v) = self.open_data.take() {
+                // (Set only by `quick`/`continue_data`, so no CR is pending,
+                // the BOM is decided and nothing is discarded.)
+                if let Some(f) = self.continue_data(cur, v) {
+                    return Some(f);
+                }
+            }
+        } else if self.queue.is_empty() && self.gather_rest(cur) {
+            return None;
+        }
+        self.advance_general(cur)
+    }
+
+    /// The piece is scanned to its end, mid-block or on a block boundary,
+    /// and nothing is queued: gathers its rest, leaving it used up (`start`
+    /// at its end) for the next piece to replace. `false`, having done
+    /// nothing, in discard mode or when the block would go over the limit
+    /// (the general loop hands those out).
+    #[inline]
+    fn gather_rest(&mut self, cur: &[u8]) -> bool {
+        let len = cur.len();
+        if self.discard || self.partial.len() + (len - self.start) > self.max {
+            return false;
+        }
+        if self.start < len {
+            self.partial.extend_from_slice(&cur[self.start..]);
+            self.start = len;
+        }
+        true
+    }
+
+    /// [`advance`](Self::advance)'s general loop.
+    fn advance_general(&mut self, cur: &mut Bytes) -> Option<Found> {
         loop {
             if self.pos >= cur.len() {
                 if !cur.is_empty() {
