@@ -326,7 +326,8 @@ impl State {
         {
             return None;
         }
-        self.release_owned();
+        // (The last gathered frame, if any, is let go of by the next call
+        // into the general path, before anything is gathered again.)
         debug_assert_eq!(self.line_start, 0);
         let start = self.pos;
         let rest = chunk.get(start..)?;
