@@ -2,15 +2,38 @@
 //! current input piece, gathered across pieces when a block spans two,
 //! discarded past the size limit. [`Parser`](super::Parser) wraps it with
 //! the current piece and turns what it finds into frames.
+//!
+//! Two layers, one behaviour:
+//!
+//! ```text
+//!   quick      block start, nothing held: `data:` line (or `event:` then
+//!              `data:`) then a blank line, whole in the piece → the event,
+//!              one line-end search, no per-line bookkeeping. Anything else:
+//!              the lines it scanned are recorded as the general loop would
+//!              have processed them (`commit`), and the general loop goes on.
+//!   advance    between quick events: a `data` line left open at the end of
+//!              a piece is continued in the next (`continue_data`, one copy
+//!              into `partial`); a piece scanned to its end with nothing
+//!              queued has its rest gathered and stays as the used-up `cur`
+//!              (`gather_rest`) until the next piece replaces it.
+//!   general    `advance_general` / `scan`: every line, every field, CR and
+//!              split CRLF, BOM, `id`/`retry`, comments, the size limit and
+//!              discard mode.
+//! ```
+//!
+//! Every byte is searched once: where the quick layers give up, the state
+//! they leave is exactly the general loop's after the same bytes. The unit
+//! test `quick_path_matches_the_general_path_under_every_split`, the
+//! reference comparisons in `tests/sse_*.rs` and the fuzz targets `sse_*`
+//! hold the layers to that.
 
 use std::collections::VecDeque;
 use std::ops::Range;
-#[cfg(target_arch = "x86_64")]
-use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
 
 use super::frame::{Data, FrameKind, Loc};
+use super::line_end::find_line_end;
 use super::parser::BOM;
 
 /// A frame found by the state machine, before any `Bytes` is made for it.
@@ -652,25 +675,4 @@ impl State {
         self.id_valid = None;
         self.retry = None;
     }
-}
-
-/// memchr's AVX2 searcher for CR and LF, when the CPU has it: held once,
-/// so each search skips memchr's dispatch (three calls deep).
-#[cfg(target_arch = "x86_64")]
-static AVX2: LazyLock<Option<memchr::arch::x86_64::avx2::memchr::Two>> =
-    LazyLock::new(|| memchr::arch::x86_64::avx2::memchr::Two::new(b'\n', b'\r'));
-
-/// Index of the first CR or LF: a plain loop for short inputs (where a
-/// call costs more than it saves), else memchr's AVX2 searcher when the CPU
-/// has it, else `memchr2`.
-#[inline]
-pub(super) fn find_line_end(b: &[u8]) -> Option<usize> {
-    if b.len() <= 16 {
-        return b.iter().position(|&c| c == b'\n' || c == b'\r');
-    }
-    #[cfg(target_arch = "x86_64")]
-    if let Some(two) = &*AVX2 {
-        return two.find(b);
-    }
-    memchr::memchr2(b'\n', b'\r', b)
 }
