@@ -1,12 +1,14 @@
 //! A stream plus split points (and when to drain the parser): the same
 //! events, `finish()` tail, reconnection time and last event ID as a
 //! one-shot parse, and the frames plus the tail are the input byte for byte.
-//! With and without a small event size limit.
+//! With and without a small event size limit. And the borrowing read path
+//! (`next_frame_ref`, which has its own entry to the quick path for common
+//! blocks) hands out the same frames as `next_frame` under the same split.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use bytes::Bytes;
-use citestream::sse::Config;
+use citestream::sse::{Config, Frame, Parser};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "../../tests/common/sse_ref.rs"]
@@ -55,4 +57,30 @@ fuzz_target!(|case: Case| {
     if let Some(max) = case.limit {
         assert!(split.max_buffered <= usize::from(max) + 2);
     }
+    let pieces = sse_ref::pieces_at(&input, &cuts);
+    assert_eq!(
+        drive(&config, &pieces, true),
+        drive(&config, &pieces, false),
+        "next_frame_ref vs next_frame"
+    );
 });
+
+/// Every frame (and the `finish` tail), read through `next_frame_ref` (as
+/// owned frames) or `next_frame`.
+fn drive(config: &Config, pieces: &[Bytes], by_ref: bool) -> (Vec<Frame>, Option<Bytes>) {
+    let mut p = Parser::with_config(config);
+    let mut frames = Vec::new();
+    for piece in pieces {
+        p.feed(piece.clone());
+        loop {
+            let f = if by_ref {
+                p.next_frame_ref().map(|f| f.to_frame())
+            } else {
+                p.next_frame()
+            };
+            let Some(f) = f else { break };
+            frames.push(f);
+        }
+    }
+    (frames, p.finish())
+}

@@ -40,6 +40,7 @@
 //! ```
 
 mod frame;
+mod line_end;
 mod parser;
 mod state;
 mod writer;

@@ -2,6 +2,30 @@
 //! current input piece, gathered across pieces when a block spans two,
 //! discarded past the size limit. [`Parser`](super::Parser) wraps it with
 //! the current piece and turns what it finds into frames.
+//!
+//! Two layers, one behaviour:
+//!
+//! ```text
+//!   quick      block start, nothing held: `data:` line (or `event:` then
+//!              `data:`) then a blank line, whole in the piece → the event,
+//!              one line-end search, no per-line bookkeeping. Anything else:
+//!              the lines it scanned are recorded as the general loop would
+//!              have processed them (`commit`), and the general loop goes on.
+//!   advance    between quick events: a `data` line left open at the end of
+//!              a piece is continued in the next (`continue_data`, one copy
+//!              into `partial`); a piece scanned to its end with nothing
+//!              queued has its rest gathered and stays as the used-up `cur`
+//!              (`gather_rest`) until the next piece replaces it.
+//!   general    `advance_general` / `scan`: every line, every field, CR and
+//!              split CRLF, BOM, `id`/`retry`, comments, the size limit and
+//!              discard mode.
+//! ```
+//!
+//! Every byte is searched once: where the quick layers give up, the state
+//! they leave is exactly the general loop's after the same bytes. The unit
+//! test `quick_path_matches_the_general_path_under_every_split`, the
+//! reference comparisons in `tests/sse_*.rs` and the fuzz targets `sse_*`
+//! hold the layers to that.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -9,6 +33,7 @@ use std::ops::Range;
 use bytes::{Bytes, BytesMut};
 
 use super::frame::{Data, FrameKind, Loc};
+use super::line_end::find_line_end;
 use super::parser::BOM;
 
 /// A frame found by the state machine, before any `Bytes` is made for it.
@@ -22,6 +47,21 @@ pub(super) struct Found {
     pub(super) event: Option<Range<usize>>,
     pub(super) id: Option<Range<usize>>,
     pub(super) retry: Option<u64>,
+}
+
+impl Quick {
+    /// The same event as a [`Found`].
+    #[inline]
+    pub(super) fn found(self) -> Found {
+        Found {
+            kind: FrameKind::Event,
+            raw: Loc::Cur(self.start, self.end),
+            data: Some(self.data),
+            event: self.event,
+            id: None,
+            retry: None,
+        }
+    }
 }
 
 impl Found {
@@ -62,6 +102,11 @@ pub(super) struct State {
     pub(super) discard: bool,
     /// In discard mode: no byte since the last line end.
     pub(super) discard_at_line_start: bool,
+    /// The held bytes end in an unterminated `data` line whose value starts
+    /// here (block-relative), the block so far being what
+    /// [`State::quick`] reads: the next piece goes on with it in
+    /// [`State::continue_data`], not the general loop.
+    pub(super) open_data: Option<usize>,
     pub(super) data: Data,
     pub(super) scratch: BytesMut,
     pub(super) event: Option<Range<usize>>,
@@ -77,6 +122,18 @@ pub(super) struct State {
     pub(super) joined: Bytes,
 }
 
+/// An event found by [`State::quick`], lying whole in the current piece.
+#[derive(Clone, Debug)]
+pub(super) struct Quick {
+    /// The event's raw bytes: `cur[start..end]`.
+    pub(super) start: usize,
+    pub(super) end: usize,
+    /// The data's range in the raw bytes.
+    pub(super) data: Range<usize>,
+    /// The `event` line's value's range in the raw bytes.
+    pub(super) event: Option<Range<usize>>,
+}
+
 impl State {
     pub(super) fn new(max: usize) -> Self {
         State {
@@ -90,6 +147,7 @@ impl State {
             bom: Some(0),
             discard: false,
             discard_at_line_start: true,
+            open_data: None,
             data: Data::None,
             scratch: BytesMut::new(),
             event: None,
@@ -121,9 +179,48 @@ impl State {
     }
 
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
-    #[inline]
+    ///
+    /// The two common steps between quick-path events come first, without
+    /// the general loop: a `data` line left open by the previous piece,
+    /// continued; a piece scanned to its end mid-block with nothing queued,
+    /// its rest gathered.
+    #[inline(always)]
     pub(super) fn advance(&mut self, cur: &mut Bytes) -> Option<Found> {
         self.release_owned();
+        if self.pos < cur.len() {
+            if let Some(v) = self.open_data.take() {
+                // (Set only by `quick`/`continue_data`, so no CR is pending,
+                // the BOM is decided and nothing is discarded.)
+                if let Some(f) = self.continue_data(cur, v) {
+                    return Some(f);
+                }
+            }
+        } else if self.queue.is_empty() && self.gather_rest(cur) {
+            return None;
+        }
+        self.advance_general(cur)
+    }
+
+    /// The piece is scanned to its end, mid-block or on a block boundary,
+    /// and nothing is queued: gathers its rest, leaving it used up (`start`
+    /// at its end) for the next piece to replace. `false`, having done
+    /// nothing, in discard mode or when the block would go over the limit
+    /// (the general loop hands those out).
+    #[inline]
+    fn gather_rest(&mut self, cur: &[u8]) -> bool {
+        let len = cur.len();
+        if self.discard || self.partial.len() + (len - self.start) > self.max {
+            return false;
+        }
+        if self.start < len {
+            self.partial.extend_from_slice(&cur[self.start..]);
+            self.start = len;
+        }
+        true
+    }
+
+    /// [`advance`](Self::advance)'s general loop.
+    fn advance_general(&mut self, cur: &mut Bytes) -> Option<Found> {
         loop {
             if self.pos >= cur.len() {
                 if !cur.is_empty() {
@@ -197,10 +294,14 @@ impl State {
                 }
                 continue;
             }
-            if self.pos == self.start && self.partial.is_empty() {
-                if let Some(f) = self.single_data_line(chunk) {
+            if let Some(v) = self.open_data.take() {
+                if let Some(f) = self.continue_data(chunk, v) {
                     return Some(f);
                 }
+                continue;
+            }
+            if let Some(q) = self.quick(chunk) {
+                return Some(q.found());
             }
             // Find the end of the current line.
             let Some(i) = find_line_end(&chunk[self.pos..]) else {
@@ -217,13 +318,7 @@ impl State {
             }
             if !self.partial.is_empty() {
                 if self.partial.len() + (next - self.start) > self.max {
-                    // The block is over the limit before its end: hand out
-                    // what is held, then forward the rest as it comes.
-                    self.discard = true;
-                    self.discard_at_line_start = true;
-                    self.reset_block();
-                    self.owned = std::mem::take(&mut self.partial).freeze();
-                    return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
+                    return Some(self.over_limit());
                 }
                 self.partial.extend_from_slice(&chunk[self.start..next]);
                 self.start = next;
@@ -236,58 +331,143 @@ impl State {
     }
 
     /// Fast path for the common blocks (`data: <value>`, or an `event:`
-    /// line then a `data:` line), each line ended, then a blank line, lying
-    /// whole in the piece: the same event the general loop
-    /// would dispatch, without its per-line bookkeeping. Returns `None`
-    /// (consuming nothing) for anything else.
-    #[inline]
-    pub(super) fn single_data_line(&mut self, chunk: &[u8]) -> Option<Found> {
+    /// line then a `data:` line, then a blank line), at a block start with
+    /// nothing held: the event the general loop would dispatch, without its
+    /// per-line bookkeeping. When the block turns out to be anything else,
+    /// the lines already scanned are recorded exactly as the general loop
+    /// would have processed them (so no byte is scanned twice) and `None`
+    /// is returned: the general loop goes on from there.
+    #[inline(always)]
+    pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
+        // (`line_start` is 0 whenever this holds: any line consumed moves
+        // `pos` past `start` or into `partial`.)
+        if self.pos != self.start
+            || self.after_cr
+            || self.discard
+            || self.bom.is_some()
+            || !self.partial.is_empty()
+        {
+            return None;
+        }
+        // (The last gathered frame, if any, is let go of by the next call
+        // into the general path, before anything is gathered again.)
+        debug_assert_eq!(self.line_start, 0);
         let start = self.pos;
-        // A line end, returning where the next line starts; a CR as the
-        // piece's last byte may still pair with an LF: leave that to the
-        // general loop.
-        let after = |i: usize| -> Option<usize> {
-            match chunk.get(i)? {
-                b'\n' => Some(i + 1),
-                _ => match chunk.get(i + 1)? {
-                    b'\n' => Some(i + 2),
-                    _ => Some(i + 1),
-                },
-            }
-        };
-        // `field:` + one optional space: where the value starts.
-        let value = |at: usize, field: &[u8]| -> Option<usize> {
-            let rest = chunk.get(at..)?;
-            if !rest.starts_with(field) {
+        let rest = chunk.get(start..)?;
+        // Where the `data` line starts (after an optional `event` line, the
+        // Anthropic shape). Offsets are block-relative: the block starts
+        // at `start` and nothing is held.
+        let mut at = 0;
+        let mut event = None;
+        if !rest.starts_with(b"data:") {
+            if !rest.starts_with(b"event:") {
                 return None;
             }
-            Some(at + field.len() + usize::from(rest.get(field.len()) == Some(&b' ')))
+            let v = 6 + usize::from(rest.get(6) == Some(&b' '));
+            let Some(i) = find_line_end(&rest[v..]) else {
+                self.pos = chunk.len();
+                return None;
+            };
+            let t = v + i;
+            at = t + self.terminator_len(rest, t);
+            event = Some(v..t);
+            if !rest[at..].starts_with(b"data:") {
+                self.commit(at, event, Data::None);
+                return None;
+            }
+        }
+        let v = at + 5 + usize::from(rest.get(at + 5) == Some(&b' '));
+        let Some(i) = find_line_end(&rest[v..]) else {
+            self.commit(at, event, Data::None);
+            if at + 5 < rest.len() {
+                // Whether the value starts with a space is known.
+                self.open_data = Some(v);
+            }
+            self.pos = chunk.len();
+            return None;
         };
-        // An optional `event` line (the Anthropic shape), then the data.
-        let mut at = start;
-        let mut event = None;
-        if let Some(e) = value(start, b"event:") {
-            let t = e + find_line_end(chunk.get(e..)?)?;
-            event = Some(e - start..t - start);
-            at = after(t)?;
+        let t = v + i;
+        // A blank line next (LF LF, the usual shape, tested first), and the
+        // block within the limit: its size is its lines up to the blank one.
+        let end = if rest.get(t..t + 2) == Some(b"\n\n") && t < self.max {
+            t + 2
+        } else {
+            let next = t + self.terminator_len(rest, t);
+            if !matches!(rest.get(next), Some(b'\n' | b'\r')) || next > self.max {
+                self.commit(next, event, Data::One(v..t));
+                return None;
+            }
+            next + self.terminator_len(rest, next)
+        };
+        self.pos = start + end;
+        self.start = self.pos;
+        Some(Quick {
+            start,
+            end: start + end,
+            data: v..t,
+            event,
+        })
+    }
+
+    /// [`quick`](Self::quick) gives up after processing the block's lines
+    /// up to `next` (block-relative): the state the general loop would have
+    /// reached.
+    #[inline]
+    fn commit(&mut self, next: usize, event: Option<Range<usize>>, data: Data) {
+        self.pos = self.start + next;
+        self.line_start = next;
+        self.event = event;
+        self.data = data;
+    }
+
+    /// The block held across pieces is over the limit before its end, at
+    /// a line end: hand out what is held, then forward the rest as it
+    /// comes.
+    fn over_limit(&mut self) -> Found {
+        self.discard = true;
+        self.discard_at_line_start = true;
+        self.reset_block();
+        self.owned = std::mem::take(&mut self.partial).freeze();
+        Found::plain(FrameKind::Oversized, Loc::Owned)
+    }
+
+    /// Goes on with the `data` line that [`quick`](Self::quick) left open
+    /// at the end of the previous piece (its value starting at `v`,
+    /// block-relative): when the line and then a blank line end in this
+    /// piece, the event, gathered with one copy. Otherwise the line is
+    /// processed (or left open) exactly as the general loop would, and
+    /// `None` is returned.
+    fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Found> {
+        let Some(i) = find_line_end(&chunk[self.pos..]) else {
+            self.pos = chunk.len();
+            self.open_data = Some(v);
+            return None;
+        };
+        let t = self.pos + i;
+        let next = t + self.terminator_len(chunk, t);
+        let line_end = self.rel(t);
+        self.pos = next;
+        if self.rel(next) > self.max {
+            return Some(self.over_limit());
         }
-        let v = value(at, b"data:")?;
-        let t = v + find_line_end(chunk.get(v..)?)?;
-        let blank = after(t)?;
-        if !matches!(chunk.get(blank), Some(b'\n' | b'\r')) {
+        if !matches!(chunk.get(next), Some(b'\n' | b'\r')) {
+            self.partial.extend_from_slice(&chunk[self.start..next]);
+            self.start = next;
+            self.line_start = self.rel(next);
+            self.data = Data::One(v..line_end);
             return None;
         }
-        let end = after(blank)?;
-        if blank - start > self.max {
-            return None;
-        }
+        let end = next + self.terminator_len(chunk, next);
+        self.partial.extend_from_slice(&chunk[self.start..end]);
+        self.owned = self.partial.split().freeze();
         self.pos = end;
         self.start = end;
+        self.line_start = 0;
         Some(Found {
             kind: FrameKind::Event,
-            raw: Loc::Cur(start, end),
-            data: Some(v - start..t - start),
-            event,
+            raw: Loc::Owned,
+            data: Some(v..line_end),
+            event: self.event.take(),
             id: None,
             retry: None,
         })
@@ -343,7 +523,9 @@ impl State {
             self.owned = std::mem::take(&mut self.partial).freeze();
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
-        self.partial.extend_from_slice(&cur[start..len]);
+        if start < len {
+            self.partial.extend_from_slice(&cur[start..len]);
+        }
         *cur = Bytes::new();
         self.pos = 0;
         self.start = 0;
@@ -486,20 +668,11 @@ impl State {
     }
 
     pub(super) fn reset_block(&mut self) {
+        self.open_data = None;
         self.data = Data::None;
         self.event = None;
         self.id = None;
         self.id_valid = None;
         self.retry = None;
     }
-}
-
-/// Index of the first CR or LF: a plain loop for short inputs (where a
-/// `memchr2` call costs more than it saves), `memchr2` otherwise.
-#[inline]
-pub(super) fn find_line_end(b: &[u8]) -> Option<usize> {
-    if b.len() <= 16 {
-        return b.iter().position(|&c| c == b'\n' || c == b'\r');
-    }
-    memchr::memchr2(b'\n', b'\r', b)
 }
