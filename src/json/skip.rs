@@ -30,11 +30,18 @@ const HI: u64 = 0x8080_8080_8080_8080;
 /// High bit set in the lowest byte of `w` (little-endian) that is `"`, `\`
 /// or below 0x20; bits above it may be false positives, so only the lowest
 /// set bit is meaningful.
+///
+/// Two byte tests instead of three: `"` (0x22) XOR 0x02 is 0x20 while the
+/// control characters stay below 0x20 (XOR 0x02 permutes 0x00–0x1F), so
+/// one "byte below 0x21" test on `w ^ 0x02…` finds both; a "byte is zero"
+/// test on `w ^ 0x5C…` finds `\`. (`x - 0x21… & !x & 0x80…` flags the
+/// lowest byte below 0x21 exactly; borrows only make false positives above
+/// it.)
 #[inline(always)]
 fn string_special(w: u64) -> u64 {
-    let q = w ^ (LO * u64::from(b'"'));
+    let t = w ^ (LO * 0x02);
     let s = w ^ (LO * u64::from(b'\\'));
-    ((q.wrapping_sub(LO) & !q) | (s.wrapping_sub(LO) & !s) | (w.wrapping_sub(LO * 0x20) & !w)) & HI
+    ((t.wrapping_sub(LO * 0x21) & !t) | (s.wrapping_sub(LO) & !s)) & HI
 }
 
 /// Validates the string starting at `b[i]` (which must be `"`).
@@ -211,6 +218,23 @@ mod tests {
         let b = s.as_bytes();
         let i = skip_ws(b, 0);
         matches!(scan_value(b, i, 0), Ok(end) if skip_ws(b, end) == b.len())
+    }
+
+    #[test]
+    fn string_special_finds_the_lowest_special_byte() {
+        let special = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+        for c in 0..=255u8 {
+            for at in 0..8 {
+                for fill in [b'a', 0x21, 0x23, 0x5B, 0x5D, 0x80, 0xFF, b' '] {
+                    let mut w = [fill; 8];
+                    w[at] = c;
+                    let m = string_special(u64::from_le_bytes(w));
+                    let want = w.iter().position(|&b| special(b));
+                    let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
+                    assert_eq!(got, want, "byte {c:#x} at {at} in {fill:#x}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -125,7 +125,15 @@ fn scan_choices(
         };
         let mut w = ObjectWalker::new(d, el, a.depth())?;
         while let Some(m) = w.next_member()? {
-            if m.key_is(d, "delta") && d[m.value_start] == b'{' {
+            // One comparison per key (a length switch), not one per name.
+            let decoded;
+            let key: &[u8] = if m.key_escaped {
+                decoded = json::decode_str(&d[m.key.clone()]);
+                decoded.as_bytes()
+            } else {
+                &d[m.key.clone()]
+            };
+            if key == b"delta" && d[m.value_start] == b'{' {
                 let mut dw = ObjectWalker::new(d, m.value_start, w.depth())?;
                 c.content = None;
                 while let Some(dm) = dw.next_member()? {
@@ -141,15 +149,17 @@ fn scan_choices(
                 continue;
             }
             let end = w.skip_value()?;
-            if m.key_is(d, "index") {
-                c.index = json::parse_u32(&d[m.value_start..end]);
-            } else if m.key_is(d, "finish_reason") {
-                c.finish = (d[m.value_start] == b'"').then_some(m.value_start..end);
-            } else if m.key_is(d, "logprobs") {
-                c.logprobs = Some(m.value_start..end);
-            } else if m.key_is(d, "delta") {
-                c.delta = Some(m.value_start..end);
-                c.content = None;
+            match key {
+                b"index" => c.index = json::parse_u32(&d[m.value_start..end]),
+                b"finish_reason" => {
+                    c.finish = (d[m.value_start] == b'"').then_some(m.value_start..end);
+                }
+                b"logprobs" => c.logprobs = Some(m.value_start..end),
+                b"delta" => {
+                    c.delta = Some(m.value_start..end);
+                    c.content = None;
+                }
+                _ => {}
             }
         }
         let end = w.close() + 1;
@@ -181,6 +191,8 @@ pub(crate) fn fast_scan(
 ) -> Result<bool, Invalid> {
     out.clear();
     holes.clear();
+    // Room for a template's worth of holes at once, not doubling from 2.
+    holes.reserve(32);
     let mut c = Cursor::new(d);
     c.ws();
     c.eat(b'{')?;
