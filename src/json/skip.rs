@@ -52,8 +52,25 @@ fn string_special(w: u64) -> u64 {
 /// # Errors
 /// [`Invalid`] for an unterminated string, a raw control character, or a
 /// malformed escape.
-#[inline]
+#[inline(always)]
 pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
+    // Most strings of a chunk (keys, short tokens) end within the word
+    // after the opening quote without an escape: one word test, inlined
+    // into the caller; anything else takes the loop.
+    if let (Some(b'"'), Some(word)) = (b.get(i), b.get(i + 1..i + 9)) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let m = string_special(u64::from_le_bytes(w));
+        let end = i + 1 + (m.trailing_zeros() / 8) as usize;
+        if m != 0 && b.get(end) == Some(&b'"') {
+            return Ok((end + 1, false));
+        }
+    }
+    scan_string_loop(b, i)
+}
+
+/// [`scan_string`] beyond its first word.
+fn scan_string_loop(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
     if b.get(i) != Some(&b'"') {
         return Err(Invalid);
     }

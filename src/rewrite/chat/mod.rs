@@ -283,7 +283,20 @@ impl ChatHandler {
         self.scans = scans;
     }
 
+    #[inline]
     fn choice(&mut self, index: u32) -> Option<&mut ChoiceState> {
+        // A choice seen before (every chunk but a choice's first): inlined.
+        if (index as usize) < self.choices.len() {
+            return Some(&mut self.choices[index as usize]);
+        }
+        self.new_choice(index)
+    }
+
+    /// [`choice`](Self::choice) of an index not seen yet (up to
+    /// `MAX_CHOICES`): adds its state and those before it.
+    #[cold]
+    #[inline(never)]
+    fn new_choice(&mut self, index: u32) -> Option<&mut ChoiceState> {
         if index >= MAX_CHOICES {
             return None;
         }
