@@ -128,7 +128,21 @@ impl<'a> Cursor<'a> {
                 Ok(())
             }
             b'{' | b'[' => self.container_holes(depth, holes),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
             _ => self.skip(depth),
+        }
+    }
+
+    /// Consumes the literal `lit` (`true`, `false`, `null`).
+    #[inline(always)]
+    fn literal(&mut self, lit: &[u8]) -> Result<(), Invalid> {
+        if self.b.get(self.i..self.i + lit.len()) == Some(lit) {
+            self.i += lit.len();
+            Ok(())
+        } else {
+            Err(Invalid)
         }
     }
 

@@ -114,12 +114,9 @@ fn scan_string_loop(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
 /// # Errors
 /// [`Invalid`] when the bytes do not follow the JSON number grammar.
 pub fn scan_number(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
-    let digits = |b: &[u8], mut i: usize| -> Result<usize, Invalid> {
-        let s = i;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == s { Err(Invalid) } else { Ok(i) }
+    let digits = |b: &[u8], i: usize| -> Result<usize, Invalid> {
+        let end = digits_end(b, i);
+        if end == i { Err(Invalid) } else { Ok(end) }
     };
     if b.get(i) == Some(&b'-') {
         i += 1;
@@ -140,6 +137,35 @@ pub fn scan_number(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
         i = digits(b, i)?;
     }
     Ok(i)
+}
+
+/// High bit set in the lowest byte of `w` that is not an ASCII digit (bits
+/// above it may be false positives). With `t = w ^ 0x30…` a digit is a byte
+/// `t` below 10: `t + 0x76` sets the high bit exactly when `t` is 10 to
+/// 0x89, `t` itself has it from 0x80 on; a carry out of a byte only comes
+/// from a byte already flagged.
+#[inline(always)]
+fn non_digit(w: u64) -> u64 {
+    let t = w ^ (LO * 0x30);
+    (t.wrapping_add(LO * 0x76) | t) & HI
+}
+
+/// The end of the run of ASCII digits starting at `b[i]` (eight at a time).
+#[inline]
+fn digits_end(b: &[u8], mut i: usize) -> usize {
+    while let Some(word) = b.get(i..i + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let m = non_digit(u64::from_le_bytes(w));
+        if m != 0 {
+            return i + (m.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while b.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    i
 }
 
 /// Validates the value starting at `b[i]` (no leading whitespace); returns
@@ -251,6 +277,33 @@ mod tests {
                     assert_eq!(got, want, "byte {c:#x} at {at} in {fill:#x}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn non_digit_finds_the_lowest_non_digit() {
+        for c in 0..=255u8 {
+            for at in 0..8 {
+                for fill in [b'0', b'5', b'9'] {
+                    let mut w = [fill; 8];
+                    w[at] = c;
+                    let m = non_digit(u64::from_le_bytes(w));
+                    let want = w.iter().position(|b| !b.is_ascii_digit());
+                    let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
+                    assert_eq!(got, want, "byte {c:#x} at {at}");
+                }
+            }
+        }
+        for s in [
+            "0",
+            "12345678",
+            "123456789",
+            "1234567890123456789x",
+            "12a",
+            "x",
+        ] {
+            let want = s.bytes().take_while(u8::is_ascii_digit).count();
+            assert_eq!(digits_end(s.as_bytes(), 0), want, "{s}");
         }
     }
 
