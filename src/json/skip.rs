@@ -54,27 +54,34 @@ fn string_special(w: u64) -> u64 {
 /// malformed escape.
 #[inline(always)]
 pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
-    // Most strings of a chunk (keys, short tokens) end within the word
-    // after the opening quote without an escape: one word test, inlined
-    // into the caller; anything else takes the loop.
-    if let (Some(b'"'), Some(word)) = (b.get(i), b.get(i + 1..i + 9)) {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(word);
-        let m = string_special(u64::from_le_bytes(w));
-        let end = i + 1 + (m.trailing_zeros() / 8) as usize;
-        if m != 0 && b.get(end) == Some(&b'"') {
-            return Ok((end + 1, false));
-        }
-    }
-    scan_string_loop(b, i)
-}
-
-/// [`scan_string`] beyond its first word.
-fn scan_string_loop(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
     if b.get(i) != Some(&b'"') {
         return Err(Invalid);
     }
-    let mut i = i + 1;
+    // Most strings of a chunk (keys, short tokens) end within the word
+    // after the opening quote without an escape: one word test, inlined
+    // into the caller; the loop (out of line) goes on from where this
+    // test stopped, without testing that word again.
+    let mut at = i + 1;
+    if let Some(word) = b.get(at..at + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let m = string_special(u64::from_le_bytes(w));
+        if m == 0 {
+            at += 8;
+        } else {
+            let k = (m.trailing_zeros() / 8) as usize;
+            if w[k & 7] == b'"' {
+                return Ok((at + k + 1, false));
+            }
+            at += k;
+        }
+    }
+    string_rest(b, at)
+}
+
+/// The rest of the string whose opening quote is before `i` (nothing
+/// before `i` is special), as [`scan_string`] returns it.
+fn string_rest(b: &[u8], mut i: usize) -> Result<(usize, bool), Invalid> {
     let mut escaped = false;
     loop {
         while let Some(word) = b.get(i..i + 8) {
@@ -275,6 +282,70 @@ mod tests {
                     let want = w.iter().position(|&b| special(b));
                     let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
                     assert_eq!(got, want, "byte {c:#x} at {at} in {fill:#x}");
+                }
+            }
+        }
+    }
+
+    /// A byte at a time, the grammar as written.
+    fn naive_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
+        if b.get(i) != Some(&b'"') {
+            return Err(Invalid);
+        }
+        let (mut i, mut escaped) = (i + 1, false);
+        loop {
+            match *b.get(i).ok_or(Invalid)? {
+                b'"' => return Ok((i + 1, escaped)),
+                b'\\' => {
+                    escaped = true;
+                    match b.get(i + 1).ok_or(Invalid)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                        b'u' => {
+                            let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return Err(Invalid);
+                            }
+                            i += 6;
+                        }
+                        _ => return Err(Invalid),
+                    }
+                }
+                c if c < 0x20 => return Err(Invalid),
+                _ => i += 1,
+            }
+        }
+    }
+
+    #[test]
+    fn scan_string_matches_a_bytewise_reference() {
+        // Every length around the first word and the loop's words, with
+        // each special byte at each position (and at the end of input).
+        for len in 0..26 {
+            for at in 0..=len {
+                for special in [
+                    &b"\""[..],
+                    b"\\",
+                    b"\\n",
+                    b"\\u00e9",
+                    b"\\x",
+                    b"\n",
+                    b"\x1f",
+                    b"\xc3\xa9",
+                ] {
+                    let mut s = vec![b'"'];
+                    s.extend(std::iter::repeat_n(b'a', at));
+                    s.extend_from_slice(special);
+                    s.extend(std::iter::repeat_n(b'b', len - at));
+                    for tail in [&b"\""[..], b"\"}", b""] {
+                        let mut t = s.clone();
+                        t.extend_from_slice(tail);
+                        assert_eq!(
+                            scan_string(&t, 0),
+                            naive_string(&t, 0),
+                            "{:?}",
+                            String::from_utf8_lossy(&t)
+                        );
+                    }
                 }
             }
         }
