@@ -3,7 +3,7 @@
 //! `measured` only, like `chat_callgrind chat citestream fixtures <read>`.
 //!
 //! ```text
-//! chat_fixture_costs <fixture stem | all | list> <read> [repeat]
+//! chat_fixture_costs <fixture stem | all | list | done> <read> [repeat]
 //! ```
 //!
 //! Prints `<name> <bytes> <events>` for `list`, else
@@ -25,7 +25,7 @@ fn main() {
     let (which, read) = match &args[..] {
         [w, r, ..] => (w.as_str(), r.as_str()),
         _ => {
-            eprintln!("usage: chat_fixture_costs <fixture stem | all | list> <read> [repeat]");
+            eprintln!("usage: chat_fixture_costs <fixture stem | all | list | done> <read> [repeat]");
             std::process::exit(2)
         }
     };
@@ -37,11 +37,17 @@ fn main() {
         }
         return;
     }
-    let streams: Vec<Vec<u8>> = fixtures
-        .into_iter()
-        .filter(|(name, _)| which == "all" || name == which)
-        .map(|f| f.1)
-        .collect();
+    // `done`: a stream that is only `[DONE]`, 26 times (the per-stream
+    // setup and teardown: `ChatStream::new`, the drop).
+    let streams: Vec<Vec<u8>> = if which == "done" {
+        vec![b"data: [DONE]\n\n".to_vec(); 26]
+    } else {
+        fixtures
+            .into_iter()
+            .filter(|(name, _)| which == "all" || name == which)
+            .map(|f| f.1)
+            .collect()
+    };
     let size = match read {
         "whole" => None,
         "event" => common::EVENT_READS,
