@@ -25,7 +25,9 @@ fn main() {
     let (which, read) = match &args[..] {
         [w, r, ..] => (w.as_str(), r.as_str()),
         _ => {
-            eprintln!("usage: chat_fixture_costs <fixture stem | all | list | done> <read> [repeat]");
+            eprintln!(
+                "usage: chat_fixture_costs <fixture stem | all | list | done> <read> [repeat]"
+            );
             std::process::exit(2)
         }
     };

@@ -114,11 +114,36 @@ impl<'a> Cursor<'a> {
     /// handled in their loop without one.
     #[inline(always)]
     pub fn skip_holes(&mut self, depth: u32, holes: &mut Vec<Range<usize>>) -> Result<(), Invalid> {
+        self.value_holes::<true>(depth, holes)
+    }
+
+    /// [`skip_holes`](Self::skip_holes) recording only the numbers: the
+    /// strings are part of the template's literal text (compared, not
+    /// scanned, in the next chunks), for values whose strings repeat from
+    /// chunk to chunk (Perplexity's `citations`) while numbers may not (a
+    /// running `usage`).
+    #[inline(always)]
+    pub fn skip_number_holes(
+        &mut self,
+        depth: u32,
+        holes: &mut Vec<Range<usize>>,
+    ) -> Result<(), Invalid> {
+        self.value_holes::<false>(depth, holes)
+    }
+
+    #[inline(always)]
+    fn value_holes<const STRINGS: bool>(
+        &mut self,
+        depth: u32,
+        holes: &mut Vec<Range<usize>>,
+    ) -> Result<(), Invalid> {
         match self.peek() {
             b'"' => {
                 let s = self.i;
                 self.i = scan_string(self.b, self.i)?.0;
-                holes.push(s..self.i);
+                if STRINGS {
+                    holes.push(s..self.i);
+                }
                 Ok(())
             }
             b'-' | b'0'..=b'9' => {
@@ -127,7 +152,7 @@ impl<'a> Cursor<'a> {
                 holes.push(s..self.i);
                 Ok(())
             }
-            b'{' | b'[' => self.container_holes(depth, holes),
+            b'{' | b'[' => self.container_holes::<STRINGS>(depth, holes),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'n' => self.literal(b"null"),
@@ -146,9 +171,9 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// [`skip_holes`](Self::skip_holes) of an object or array (the cursor
-    /// on its opening bracket).
-    fn container_holes(
+    /// [`value_holes`](Self::value_holes) of an object or array (the
+    /// cursor on its opening bracket).
+    fn container_holes<const STRINGS: bool>(
         &mut self,
         depth: u32,
         holes: &mut Vec<Range<usize>>,
@@ -170,7 +195,7 @@ impl<'a> Cursor<'a> {
                 self.eat(b':')?;
                 self.ws();
             }
-            self.skip_holes(depth + 1, holes)?;
+            self.value_holes::<STRINGS>(depth + 1, holes)?;
             if !self.more(close)? {
                 return Ok(());
             }

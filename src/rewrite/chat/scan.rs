@@ -223,10 +223,15 @@ pub(crate) fn fast_scan(
             ) {
                 // The envelope: the same in every chunk of a stream.
                 c.skip(1)?;
+            } else if matches!(c.peek(), b'[' | b'{') {
+                // Inside other top-level arrays and objects numbers vary
+                // (a running `usage`) but strings repeat (Perplexity's
+                // `citations`): only the numbers are holes. (A string
+                // that does change only makes the template miss.)
+                c.skip_number_holes(1, holes)?;
             } else {
                 // Other top-level strings and numbers may vary from chunk
-                // to chunk (`obfuscation`, a running `usage`): holes in a
-                // learned template.
+                // to chunk (`obfuscation`): holes in a learned template.
                 c.skip_holes(1, holes)?;
             }
             if !c.more(b'}')? {
@@ -388,6 +393,14 @@ mod tests {
         );
         let (_, holes) = fast(&usage).unwrap().unwrap();
         assert_eq!(holes, [r#""assistant""#, r#""{}""#, "12", "0.5"]);
+        // Strings inside other top-level arrays and objects repeat
+        // (Perplexity's `citations`): literal, not holes.
+        let cited = d.replace(
+            r#""obfuscation":"zz""#,
+            r#""citations":["https://a/","https://b/"],"usage":{"model":"m","total_tokens":3}"#,
+        );
+        let (_, holes) = fast(&cited).unwrap().unwrap();
+        assert_eq!(holes, [r#""assistant""#, r#""{}""#, "3"]);
     }
 
     #[test]
