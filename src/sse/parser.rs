@@ -475,9 +475,7 @@ mod tests {
         assert!(p.clean_rest().is_none());
         assert!(matches!(p.next_frame(), Some(Frame::Event(_))));
         // Used up on a block boundary, a queued piece is next.
-        p.feed(Bytes::copy_from_slice(
-            &[&ev[..], &ev[..], b"data: tail"].concat(),
-        ));
+        p.feed(Bytes::copy_from_slice(&[&ev[..], &ev[..], b"data: tail"].concat()));
         let (piece, at) = p.clean_rest().expect("clean");
         assert_eq!((at, &piece[..ev.len()]), (0, &ev[..]));
         p.skip(2 * ev.len());
