@@ -284,8 +284,13 @@ fn u64_len(v: u64) -> usize {
 
 fn push_u64(out: &mut Vec<u8>, v: u64) {
     let mut buf = [0u8; 20];
+    out.extend_from_slice(decimal(v, &mut buf));
+}
+
+/// `v` in decimal, written at the end of `buf` (no allocation, unlike
+/// `to_string`).
+pub(crate) fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
-    let mut v = v;
     loop {
         i -= 1;
         buf[i] = b'0' + (v % 10) as u8;
@@ -294,7 +299,7 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
             break;
         }
     }
-    out.extend_from_slice(&buf[i..]);
+    &buf[i..]
 }
 
 fn push_opt_str(out: &mut String, s: Option<&str>) {

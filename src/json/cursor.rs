@@ -108,51 +108,98 @@ impl<'a> Cursor<'a> {
     /// number token in it (not keys) as a template hole: the strings of a
     /// delta's `tool_calls` or the numbers of a running `usage`, say, vary
     /// from chunk to chunk while the rest does not.
+    ///
+    /// Strings, numbers and literals are handled here (inlined into the
+    /// caller); only containers take a call, and their scalar elements are
+    /// handled in their loop without one.
+    #[inline(always)]
     pub fn skip_holes(&mut self, depth: u32, holes: &mut Vec<Range<usize>>) -> Result<(), Invalid> {
-        // The same nesting limit as `scan_value`.
-        if matches!(self.peek(), b'{' | b'[') && depth + 1 > MAX_DEPTH {
-            return Err(Invalid);
-        }
+        self.value_holes::<true>(depth, holes)
+    }
+
+    /// [`skip_holes`](Self::skip_holes) recording only the numbers: the
+    /// strings are part of the template's literal text (compared, not
+    /// scanned, in the next chunks), for values whose strings repeat from
+    /// chunk to chunk (Perplexity's `citations`) while numbers may not (a
+    /// running `usage`).
+    #[inline(always)]
+    pub fn skip_number_holes(
+        &mut self,
+        depth: u32,
+        holes: &mut Vec<Range<usize>>,
+    ) -> Result<(), Invalid> {
+        self.value_holes::<false>(depth, holes)
+    }
+
+    #[inline(always)]
+    fn value_holes<const STRINGS: bool>(
+        &mut self,
+        depth: u32,
+        holes: &mut Vec<Range<usize>>,
+    ) -> Result<(), Invalid> {
         match self.peek() {
             b'"' => {
                 let s = self.i;
                 self.i = scan_string(self.b, self.i)?.0;
-                holes.push(s..self.i);
+                if STRINGS {
+                    holes.push(s..self.i);
+                }
+                Ok(())
             }
             b'-' | b'0'..=b'9' => {
                 let s = self.i;
                 self.i = scan_number(self.b, self.i)?;
                 holes.push(s..self.i);
+                Ok(())
             }
-            b'{' => {
-                self.i += 1;
-                if !self.empty(b'}') {
-                    loop {
-                        self.string()?;
-                        self.ws();
-                        self.eat(b':')?;
-                        self.ws();
-                        self.skip_holes(depth + 1, holes)?;
-                        if !self.more(b'}')? {
-                            break;
-                        }
-                    }
-                }
-            }
-            b'[' => {
-                self.i += 1;
-                if !self.empty(b']') {
-                    loop {
-                        self.skip_holes(depth + 1, holes)?;
-                        if !self.more(b']')? {
-                            break;
-                        }
-                    }
-                }
-            }
-            _ => self.skip(depth)?,
+            b'{' | b'[' => self.container_holes::<STRINGS>(depth, holes),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.skip(depth),
         }
-        Ok(())
+    }
+
+    /// Consumes the literal `lit` (`true`, `false`, `null`).
+    #[inline(always)]
+    fn literal(&mut self, lit: &[u8]) -> Result<(), Invalid> {
+        if self.b.get(self.i..self.i + lit.len()) == Some(lit) {
+            self.i += lit.len();
+            Ok(())
+        } else {
+            Err(Invalid)
+        }
+    }
+
+    /// [`value_holes`](Self::value_holes) of an object or array (the
+    /// cursor on its opening bracket).
+    fn container_holes<const STRINGS: bool>(
+        &mut self,
+        depth: u32,
+        holes: &mut Vec<Range<usize>>,
+    ) -> Result<(), Invalid> {
+        // The same nesting limit as `scan_value`.
+        if depth + 1 > MAX_DEPTH {
+            return Err(Invalid);
+        }
+        let is_obj = self.peek() == b'{';
+        let close = if is_obj { b'}' } else { b']' };
+        self.i += 1;
+        if self.empty(close) {
+            return Ok(());
+        }
+        loop {
+            if is_obj {
+                self.string()?;
+                self.ws();
+                self.eat(b':')?;
+                self.ws();
+            }
+            self.value_holes::<STRINGS>(depth + 1, holes)?;
+            if !self.more(close)? {
+                return Ok(());
+            }
+        }
     }
 
     /// Whether an object or array opened at `close`'s partner is empty

@@ -30,11 +30,18 @@ const HI: u64 = 0x8080_8080_8080_8080;
 /// High bit set in the lowest byte of `w` (little-endian) that is `"`, `\`
 /// or below 0x20; bits above it may be false positives, so only the lowest
 /// set bit is meaningful.
+///
+/// Two byte tests instead of three: `"` (0x22) XOR 0x02 is 0x20 while the
+/// control characters stay below 0x20 (XOR 0x02 permutes 0x00–0x1F), so
+/// one "byte below 0x21" test on `w ^ 0x02…` finds both; a "byte is zero"
+/// test on `w ^ 0x5C…` finds `\`. (`x - 0x21… & !x & 0x80…` flags the
+/// lowest byte below 0x21 exactly; borrows only make false positives above
+/// it.)
 #[inline(always)]
 fn string_special(w: u64) -> u64 {
-    let q = w ^ (LO * u64::from(b'"'));
+    let t = w ^ (LO * 0x02);
     let s = w ^ (LO * u64::from(b'\\'));
-    ((q.wrapping_sub(LO) & !q) | (s.wrapping_sub(LO) & !s) | (w.wrapping_sub(LO * 0x20) & !w)) & HI
+    ((t.wrapping_sub(LO * 0x21) & !t) | (s.wrapping_sub(LO) & !s)) & HI
 }
 
 /// Validates the string starting at `b[i]` (which must be `"`).
@@ -45,12 +52,36 @@ fn string_special(w: u64) -> u64 {
 /// # Errors
 /// [`Invalid`] for an unterminated string, a raw control character, or a
 /// malformed escape.
-#[inline]
+#[inline(always)]
 pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
     if b.get(i) != Some(&b'"') {
         return Err(Invalid);
     }
-    let mut i = i + 1;
+    // Most strings of a chunk (keys, short tokens) end within the word
+    // after the opening quote without an escape: one word test, inlined
+    // into the caller; the loop (out of line) goes on from where this
+    // test stopped, without testing that word again.
+    let mut at = i + 1;
+    if let Some(word) = b.get(at..at + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let m = string_special(u64::from_le_bytes(w));
+        if m == 0 {
+            at += 8;
+        } else {
+            let k = (m.trailing_zeros() / 8) as usize;
+            if w[k & 7] == b'"' {
+                return Ok((at + k + 1, false));
+            }
+            at += k;
+        }
+    }
+    string_rest(b, at)
+}
+
+/// The rest of the string whose opening quote is before `i` (nothing
+/// before `i` is special), as [`scan_string`] returns it.
+fn string_rest(b: &[u8], mut i: usize) -> Result<(usize, bool), Invalid> {
     let mut escaped = false;
     loop {
         while let Some(word) = b.get(i..i + 8) {
@@ -90,12 +121,9 @@ pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
 /// # Errors
 /// [`Invalid`] when the bytes do not follow the JSON number grammar.
 pub fn scan_number(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
-    let digits = |b: &[u8], mut i: usize| -> Result<usize, Invalid> {
-        let s = i;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == s { Err(Invalid) } else { Ok(i) }
+    let digits = |b: &[u8], i: usize| -> Result<usize, Invalid> {
+        let end = digits_end(b, i);
+        if end == i { Err(Invalid) } else { Ok(end) }
     };
     if b.get(i) == Some(&b'-') {
         i += 1;
@@ -116,6 +144,35 @@ pub fn scan_number(b: &[u8], mut i: usize) -> Result<usize, Invalid> {
         i = digits(b, i)?;
     }
     Ok(i)
+}
+
+/// High bit set in the lowest byte of `w` that is not an ASCII digit (bits
+/// above it may be false positives). With `t = w ^ 0x30…` a digit is a byte
+/// `t` below 10: `t + 0x76` sets the high bit exactly when `t` is 10 to
+/// 0x89, `t` itself has it from 0x80 on; a carry out of a byte only comes
+/// from a byte already flagged.
+#[inline(always)]
+fn non_digit(w: u64) -> u64 {
+    let t = w ^ (LO * 0x30);
+    (t.wrapping_add(LO * 0x76) | t) & HI
+}
+
+/// The end of the run of ASCII digits starting at `b[i]` (eight at a time).
+#[inline]
+fn digits_end(b: &[u8], mut i: usize) -> usize {
+    while let Some(word) = b.get(i..i + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let m = non_digit(u64::from_le_bytes(w));
+        if m != 0 {
+            return i + (m.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while b.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    i
 }
 
 /// Validates the value starting at `b[i]` (no leading whitespace); returns
@@ -211,6 +268,114 @@ mod tests {
         let b = s.as_bytes();
         let i = skip_ws(b, 0);
         matches!(scan_value(b, i, 0), Ok(end) if skip_ws(b, end) == b.len())
+    }
+
+    #[test]
+    fn string_special_finds_the_lowest_special_byte() {
+        let special = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+        for c in 0..=255u8 {
+            for at in 0..8 {
+                for fill in [b'a', 0x21, 0x23, 0x5B, 0x5D, 0x80, 0xFF, b' '] {
+                    let mut w = [fill; 8];
+                    w[at] = c;
+                    let m = string_special(u64::from_le_bytes(w));
+                    let want = w.iter().position(|&b| special(b));
+                    let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
+                    assert_eq!(got, want, "byte {c:#x} at {at} in {fill:#x}");
+                }
+            }
+        }
+    }
+
+    /// A byte at a time, the grammar as written.
+    fn naive_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
+        if b.get(i) != Some(&b'"') {
+            return Err(Invalid);
+        }
+        let (mut i, mut escaped) = (i + 1, false);
+        loop {
+            match *b.get(i).ok_or(Invalid)? {
+                b'"' => return Ok((i + 1, escaped)),
+                b'\\' => {
+                    escaped = true;
+                    match b.get(i + 1).ok_or(Invalid)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                        b'u' => {
+                            let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return Err(Invalid);
+                            }
+                            i += 6;
+                        }
+                        _ => return Err(Invalid),
+                    }
+                }
+                c if c < 0x20 => return Err(Invalid),
+                _ => i += 1,
+            }
+        }
+    }
+
+    #[test]
+    fn scan_string_matches_a_bytewise_reference() {
+        // Every length around the first word and the loop's words, with
+        // each special byte at each position (and at the end of input).
+        for len in 0..26 {
+            for at in 0..=len {
+                for special in [
+                    &b"\""[..],
+                    b"\\",
+                    b"\\n",
+                    b"\\u00e9",
+                    b"\\x",
+                    b"\n",
+                    b"\x1f",
+                    b"\xc3\xa9",
+                ] {
+                    let mut s = vec![b'"'];
+                    s.extend(std::iter::repeat_n(b'a', at));
+                    s.extend_from_slice(special);
+                    s.extend(std::iter::repeat_n(b'b', len - at));
+                    for tail in [&b"\""[..], b"\"}", b""] {
+                        let mut t = s.clone();
+                        t.extend_from_slice(tail);
+                        assert_eq!(
+                            scan_string(&t, 0),
+                            naive_string(&t, 0),
+                            "{:?}",
+                            String::from_utf8_lossy(&t)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn non_digit_finds_the_lowest_non_digit() {
+        for c in 0..=255u8 {
+            for at in 0..8 {
+                for fill in [b'0', b'5', b'9'] {
+                    let mut w = [fill; 8];
+                    w[at] = c;
+                    let m = non_digit(u64::from_le_bytes(w));
+                    let want = w.iter().position(|b| !b.is_ascii_digit());
+                    let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
+                    assert_eq!(got, want, "byte {c:#x} at {at}");
+                }
+            }
+        }
+        for s in [
+            "0",
+            "12345678",
+            "123456789",
+            "1234567890123456789x",
+            "12a",
+            "x",
+        ] {
+            let want = s.bytes().take_while(u8::is_ascii_digit).count();
+            assert_eq!(digits_end(s.as_bytes(), 0), want, "{s}");
+        }
     }
 
     #[test]

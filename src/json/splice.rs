@@ -51,6 +51,16 @@ impl Splice {
         self.edits.push((span, with.into()));
     }
 
+    /// The length of a `len`-byte buffer once the edits are applied (as
+    /// [`apply`](Self::apply) writes it when no edit overlaps another), to
+    /// size the output buffer exactly.
+    #[must_use]
+    pub fn len_after(&self, len: usize) -> usize {
+        self.edits.iter().fold(len, |n, (r, with)| {
+            (n + with.len()).saturating_sub(r.end.saturating_sub(r.start))
+        })
+    }
+
     /// Whether there is nothing to do.
     #[must_use]
     pub fn is_empty(&self) -> bool {

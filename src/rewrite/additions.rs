@@ -66,7 +66,18 @@ pub(crate) fn add_top_level(
     splice: &mut Splice,
 ) {
     let cited = |n: u32| cited.get(n as usize).copied().unwrap_or(false);
-    let mut tail = Vec::new();
+    let citations = opts.dialect.citations.then(|| {
+        if opts.only_cited {
+            sources.citations_json(cited)
+        } else {
+            sources.citations_json(|_| true)
+        }
+    });
+    // `,"sources":…,"citations":…`, sized once.
+    let mut tail = Vec::with_capacity(
+        usize::from(opts.dialect.sources) * (sources.sources_json().len() + 12)
+            + citations.as_ref().map_or(0, |c| c.len() + 14),
+    );
     let mut comma = has_members;
     let mut put = |name: &str, value: &[u8], found: &[Field], splice: &mut Splice| {
         if let Some((first, rest)) = found.split_first() {
@@ -93,12 +104,7 @@ pub(crate) fn add_top_level(
             splice,
         );
     }
-    if opts.dialect.citations {
-        let c = if opts.only_cited {
-            sources.citations_json(cited)
-        } else {
-            sources.citations_json(|_| true)
-        };
+    if let Some(c) = &citations {
         put("citations", c.as_bytes(), &existing.citations, splice);
     }
     if !tail.is_empty() {
@@ -128,20 +134,26 @@ pub(crate) fn push_annotations(out: &mut Vec<u8>, sources: &Sources, markers: &[
     out.push(b']');
 }
 
-/// The event with its data replaced by `data`: spliced into the original
-/// bytes when the data was one line there (framing kept exactly), else
+/// The event with `sp` applied to its data: spliced into the original
+/// bytes when the data was one line there (framing kept exactly; one
+/// buffer of the exact size, no intermediate copy of the data), else
 /// re-framed.
-pub(crate) fn splice_event(e: &Event, data: &[u8]) -> Bytes {
+pub(crate) fn splice_event(e: &Event, sp: &mut Splice) -> Bytes {
+    let d = e.data();
     match e.data_range() {
         Some(r) => {
             let raw = e.raw();
-            let mut out = Vec::with_capacity(raw.len() - r.len() + data.len());
+            let mut out = Vec::with_capacity(raw.len() - r.len() + sp.len_after(d.len()));
             out.extend_from_slice(&raw[..r.start]);
-            out.extend_from_slice(data);
+            sp.apply(d, &mut out);
             out.extend_from_slice(&raw[r.end..]);
             Bytes::from(out)
         }
-        None => reframe(e, data),
+        None => {
+            let mut data = Vec::with_capacity(sp.len_after(d.len()));
+            sp.apply(d, &mut data);
+            reframe(e, &data)
+        }
     }
 }
 

@@ -144,8 +144,6 @@ impl MessagesHandler {
         match self.delta_patch(d) {
             Ok(Some(mut sp)) => {
                 self.done = true;
-                let mut data = Vec::with_capacity(d.len() + 512);
-                sp.apply(d, &mut data);
                 let Frame::Event(e) = f.to_frame() else {
                     return self.out.pass(f);
                 };
@@ -153,7 +151,7 @@ impl MessagesHandler {
                     // Re-framed: a split CRLF's LF must not follow it.
                     self.out.swallow_line_end = e.raw().ends_with(b"\r");
                 }
-                self.out.push(splice_event(&e, &data));
+                self.out.push(splice_event(&e, &mut sp));
             }
             Ok(None) | Err(Invalid) => self.out.pass(f),
         }

@@ -56,7 +56,7 @@ use crate::rewrite::additions::{
 };
 use crate::rewrite::driver::{Handler, Out, SseRewriter};
 use crate::rewrite::{MAX_CHOICES, RewriteOptions};
-use crate::sources::Sources;
+use crate::sources::{Sources, decimal};
 use crate::sse::{self, Event, Frame, FrameKind, FrameRef, Parser};
 
 mod body;
@@ -283,7 +283,20 @@ impl ChatHandler {
         self.scans = scans;
     }
 
+    #[inline]
     fn choice(&mut self, index: u32) -> Option<&mut ChoiceState> {
+        // A choice seen before (every chunk but a choice's first): inlined.
+        if (index as usize) < self.choices.len() {
+            return Some(&mut self.choices[index as usize]);
+        }
+        self.new_choice(index)
+    }
+
+    /// [`choice`](Self::choice) of an index not seen yet (up to
+    /// `MAX_CHOICES`): adds its state and those before it.
+    #[cold]
+    #[inline(never)]
+    fn new_choice(&mut self, index: u32) -> Option<&mut ChoiceState> {
         if index >= MAX_CHOICES {
             return None;
         }
@@ -320,32 +333,33 @@ impl ChatHandler {
     }
 
     /// The cold path: at least one choice finishes in this chunk.
+    ///
+    /// Each piece goes out as soon as it is written, each into a buffer
+    /// of its exact size (no growth, no intermediate copy).
     fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
         let d = e.data();
         let ending = self.end_choices(scans);
         self.finished += ending.len() as u32;
-        let envelope = envelope_members(d, scan);
-        self.last_envelope.clone_from(&envelope);
+        let mut envelope = std::mem::take(&mut self.last_envelope);
+        envelope_members(d, scan, &mut envelope);
         let top = !self.top_done && self.finished >= self.opts.n;
         self.top_done |= top;
 
         let annotate = self.opts.dialect.sources;
-        let with_markers: Vec<(usize, u32)> = ending
-            .iter()
-            .copied()
-            .filter(|&(_, i)| annotate && !self.choices[i as usize].markers.is_empty())
-            .collect();
-        let split = with_markers
-            .iter()
-            .any(|&(k, _)| scans[k].content.as_ref().is_some_and(|r| !r.is_empty()));
-
-        let mut pieces: Vec<Bytes> = Vec::new();
+        let marked = |h: &Self, i: u32| annotate && !h.choices[i as usize].markers.is_empty();
+        let split = ending.iter().any(|&(k, i)| {
+            marked(self, i) && scans[k].content.as_ref().is_some_and(|r| !r.is_empty())
+        });
         if split {
-            pieces.push(content_part(e, scan, scans, &ending));
+            self.out.push(content_part(e, scan, scans, &ending));
         }
-        for &(_, idx) in &with_markers {
-            pieces.push(self.annotations_chunk(&envelope, idx));
+        for &(_, idx) in &ending {
+            if marked(self, idx) {
+                let chunk = self.annotations_chunk(&envelope, idx);
+                self.out.push(chunk);
+            }
         }
+        self.last_envelope = envelope;
         // The finish chunk itself.
         let mut sp = Splice::new();
         if split {
@@ -365,23 +379,18 @@ impl ChatHandler {
                 &mut sp,
             );
         }
-        if split || !sp.is_empty() {
-            let mut data = Vec::with_capacity(d.len() + 512);
+        if split {
+            let mut data = Vec::with_capacity(sp.len_after(d.len()));
             sp.apply(d, &mut data);
-            if split {
-                pieces.push(reframe(e, &data));
+            self.out.push(reframe(e, &data));
+            self.out.swallow_line_end = e.raw().ends_with(b"\r");
+        } else if !sp.is_empty() {
+            self.out.push(splice_event(e, &mut sp));
+            if e.data_range().is_none() {
                 self.out.swallow_line_end = e.raw().ends_with(b"\r");
-            } else {
-                pieces.push(splice_event(e, &data));
-                if e.data_range().is_none() {
-                    self.out.swallow_line_end = e.raw().ends_with(b"\r");
-                }
             }
         } else {
-            pieces.push(e.raw().clone());
-        }
-        for p in pieces {
-            self.out.push(p);
+            self.out.push(e.raw().clone());
         }
     }
 
@@ -416,7 +425,8 @@ impl ChatHandler {
         const DELTA: &[u8] = b",\"delta\":{\"annotations\":";
         const TAIL: &[u8] = b"},\"finish_reason\":null}]}";
         let markers = &self.choices[idx as usize].markers;
-        let index = idx.to_string();
+        let mut digits = [0u8; 20];
+        let index = decimal(u64::from(idx), &mut digits);
         let comma = usize::from(!envelope.is_empty());
         let annotations = annotations_len(&self.sources, markers);
         let len = b"data: {".len()
@@ -435,7 +445,7 @@ impl ChatHandler {
             ev.push(b',');
         }
         ev.extend_from_slice(HEAD);
-        ev.extend_from_slice(index.as_bytes());
+        ev.extend_from_slice(index);
         ev.extend_from_slice(DELTA);
         push_annotations(&mut ev, &self.sources, markers);
         ev.extend_from_slice(TAIL);
@@ -444,8 +454,13 @@ impl ChatHandler {
         Bytes::from(ev)
     }
 
-    /// Numbers cited by any finished choice, indexed by number.
+    /// Numbers cited by any finished choice, indexed by number; empty
+    /// (no allocation) when the additions do not consult it (only
+    /// `citations` with `only_cited` does).
     fn cited_set(&self) -> Vec<bool> {
+        if !(self.opts.dialect.citations && self.opts.only_cited) {
+            return Vec::new();
+        }
         cited_set(&self.sources, self.choices.iter().flat_map(|c| &c.markers))
     }
 
@@ -456,7 +471,8 @@ impl ChatHandler {
             return;
         }
         self.top_done = true;
-        let mut obj = Vec::from(&b"{"[..]);
+        let mut obj = Vec::with_capacity(self.last_envelope.len() + 16);
+        obj.push(b'{');
         obj.extend_from_slice(&self.last_envelope);
         if !self.last_envelope.is_empty() {
             obj.push(b',');
@@ -474,7 +490,7 @@ impl ChatHandler {
             &cited,
             &mut sp,
         );
-        let mut data = Vec::new();
+        let mut data = Vec::with_capacity(sp.len_after(obj.len()));
         sp.apply(&obj, &mut data);
         let mut ev = Vec::with_capacity(data.len() + 8);
         sse::write_event(&mut ev, None, None, None, &data);
@@ -500,7 +516,7 @@ fn content_part(
     if let Some(u) = &scan.usage {
         sp.replace(json::removal_span(d, &u.member, u.end), Vec::new());
     }
-    let mut data = Vec::with_capacity(d.len());
+    let mut data = Vec::with_capacity(sp.len_after(d.len()));
     sp.apply(d, &mut data);
     reframe(e, &data)
 }
@@ -529,10 +545,17 @@ fn finishing_choices(d: &[u8], scans: &[ChoiceScan], ending: &[(usize, u32)]) ->
     arr
 }
 
-/// `"id":…,"object":…,…` from the chunk's envelope members present.
-fn envelope_members(d: &[u8], scan: &ChunkScan) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (name, span) in ENVELOPE.iter().zip(&scan.envelope) {
+/// `"id":…,"object":…,…` from the chunk's envelope members present,
+/// written into `out` (cleared; sized exactly).
+fn envelope_members(d: &[u8], scan: &ChunkScan, out: &mut Vec<u8>) {
+    out.clear();
+    let members = ENVELOPE.iter().zip(&scan.envelope);
+    let len: usize = members
+        .clone()
+        .filter_map(|(name, span)| Some(name.len() + 4 + span.as_ref()?.len()))
+        .sum();
+    out.reserve_exact(len.saturating_sub(1));
+    for (name, span) in members {
         if let Some(r) = span {
             if !out.is_empty() {
                 out.push(b',');
@@ -543,5 +566,4 @@ fn envelope_members(d: &[u8], scan: &ChunkScan) -> Vec<u8> {
             out.extend_from_slice(&d[r.clone()]);
         }
     }
-    out
 }

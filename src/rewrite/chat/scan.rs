@@ -125,7 +125,15 @@ fn scan_choices(
         };
         let mut w = ObjectWalker::new(d, el, a.depth())?;
         while let Some(m) = w.next_member()? {
-            if m.key_is(d, "delta") && d[m.value_start] == b'{' {
+            // One comparison per key (a length switch), not one per name.
+            let decoded;
+            let key: &[u8] = if m.key_escaped {
+                decoded = json::decode_str(&d[m.key.clone()]);
+                decoded.as_bytes()
+            } else {
+                &d[m.key.clone()]
+            };
+            if key == b"delta" && d[m.value_start] == b'{' {
                 let mut dw = ObjectWalker::new(d, m.value_start, w.depth())?;
                 c.content = None;
                 while let Some(dm) = dw.next_member()? {
@@ -141,15 +149,17 @@ fn scan_choices(
                 continue;
             }
             let end = w.skip_value()?;
-            if m.key_is(d, "index") {
-                c.index = json::parse_u32(&d[m.value_start..end]);
-            } else if m.key_is(d, "finish_reason") {
-                c.finish = (d[m.value_start] == b'"').then_some(m.value_start..end);
-            } else if m.key_is(d, "logprobs") {
-                c.logprobs = Some(m.value_start..end);
-            } else if m.key_is(d, "delta") {
-                c.delta = Some(m.value_start..end);
-                c.content = None;
+            match key {
+                b"index" => c.index = json::parse_u32(&d[m.value_start..end]),
+                b"finish_reason" => {
+                    c.finish = (d[m.value_start] == b'"').then_some(m.value_start..end);
+                }
+                b"logprobs" => c.logprobs = Some(m.value_start..end),
+                b"delta" => {
+                    c.delta = Some(m.value_start..end);
+                    c.content = None;
+                }
+                _ => {}
             }
         }
         let end = w.close() + 1;
@@ -181,6 +191,8 @@ pub(crate) fn fast_scan(
 ) -> Result<bool, Invalid> {
     out.clear();
     holes.clear();
+    // Room for a template's worth of holes at once, not doubling from 2.
+    holes.reserve(32);
     let mut c = Cursor::new(d);
     c.ws();
     c.eat(b'{')?;
@@ -211,10 +223,15 @@ pub(crate) fn fast_scan(
             ) {
                 // The envelope: the same in every chunk of a stream.
                 c.skip(1)?;
+            } else if matches!(c.peek(), b'[' | b'{') {
+                // Inside other top-level arrays and objects numbers vary
+                // (a running `usage`) but strings repeat (Perplexity's
+                // `citations`): only the numbers are holes. (A string
+                // that does change only makes the template miss.)
+                c.skip_number_holes(1, holes)?;
             } else {
                 // Other top-level strings and numbers may vary from chunk
-                // to chunk (`obfuscation`, a running `usage`): holes in a
-                // learned template.
+                // to chunk (`obfuscation`): holes in a learned template.
                 c.skip_holes(1, holes)?;
             }
             if !c.more(b'}')? {
@@ -376,6 +393,14 @@ mod tests {
         );
         let (_, holes) = fast(&usage).unwrap().unwrap();
         assert_eq!(holes, [r#""assistant""#, r#""{}""#, "12", "0.5"]);
+        // Strings inside other top-level arrays and objects repeat
+        // (Perplexity's `citations`): literal, not holes.
+        let cited = d.replace(
+            r#""obfuscation":"zz""#,
+            r#""citations":["https://a/","https://b/"],"usage":{"model":"m","total_tokens":3}"#,
+        );
+        let (_, holes) = fast(&cited).unwrap().unwrap();
+        assert_eq!(holes, [r#""assistant""#, r#""{}""#, "3"]);
     }
 
     #[test]
