@@ -10,6 +10,8 @@
 # input generation and splitting are not counted).
 #
 # Usage: scripts/callgrind.sh [--annotate]
+#   SUITE=fixtures                      the chat rewriter on each recorded
+#                                       fixture (FIXTURE_READS, default 1460)
 #   SUITE=chat                          the response rewriters instead
 #                                       (examples/chat_callgrind.rs: ChatStream
 #                                       and MessagesStream vs the naive and
@@ -83,6 +85,34 @@ if [[ ${SUITE:-sse} == chat ]]; then
         echo "callgrind files kept in $tmp"
         callgrind_annotate --inclusive=no "$tmp/cg.chat.citestream.openai_obfuscation_4000.1460.out" 2>/dev/null | head -n 40
     fi
+    exit 0
+fi
+
+if [[ ${SUITE:-sse} == fixtures ]]; then
+    # Instructions per chunk of ChatStream on each recorded chat fixture
+    # (examples/chat_fixture_costs.rs), then all of them together and the
+    # per-stream setup cost (`done`: 26 streams of only `[DONE]`).
+    #   READS as above (default here: 1460)
+    bin=$(cargo build --profile bench --example chat_fixture_costs --message-format=json-render-diagnostics \
+        | sed -n 's/.*"executable":"\([^"]*chat_fixture_costs\)".*/\1/p' | tail -n 1)
+    [[ -x $bin ]] || { echo "callgrind.sh: could not find the chat_fixture_costs binary" >&2; exit 1; }
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    echo "### Chat rewriter per recorded fixture: instructions per chunk (callgrind, \`measured\` only)"
+    echo
+    echo "| fixture | read | chunks | instructions | per chunk |"
+    echo "|---|---|---:|---:|---:|"
+    for read in ${FIXTURE_READS:-1460}; do
+        for name in $("$bin" list "$read" | awk '{print $1}') all done; do
+            out="$tmp/cg.$name.$read.out"
+            res=$(valgrind --tool=callgrind --callgrind-out-file="$out" \
+                --toggle-collect='*chat_fixture_costs::measured*' "$bin" "$name" "$read" 2>/dev/null)
+            read -r _bytes _pieces events _out <<<"$res"
+            ir=$(sed -n 's/^summary: *//p' "$out")
+            [[ -n $ir ]] || { echo "callgrind.sh: no summary for fixture $name $read" >&2; exit 1; }
+            echo "| $name | $read | $events | $ir | $(per "$ir" "$((events > 0 ? events : 1))") |"
+        done
+    done
     exit 0
 fi
 
