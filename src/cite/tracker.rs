@@ -1,8 +1,20 @@
 //! [`MarkerTracker`]: the public face of the marker scanner, fed raw
 //! JSON string bodies or decoded text, in pieces split anywhere.
 
-use super::scanner::{Escape, Scanner, ascii_prefix_len, find1};
+use super::scanner::{
+    BYTE_CLASS, Escape, Line, NON_ASCII, STOP_FENCE, STOP_TEXT, Scanner, ascii_prefix_len, find1,
+    utf8_seq_len,
+};
 use super::{Marker, OffsetUnit};
+
+/// Which decoder [`MarkerTracker::push_rest`] drives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Feed {
+    /// Raw JSON string bodies ([`MarkerTracker::decode_json`]).
+    Json,
+    /// Decoded UTF-8 text ([`MarkerTracker::raw`]).
+    Text,
+}
 
 /// Finds citation markers in the content of one chat choice, fed in pieces,
 /// and reports their offsets.
@@ -103,6 +115,15 @@ impl MarkerTracker {
         if self.finished {
             return;
         }
+        let n = self.fast_prefix(escaped);
+        if let Some(rest) = escaped.get(n..).filter(|r| !r.is_empty()) {
+            self.push_rest(rest, Feed::Json);
+        }
+    }
+
+    /// The general JSON decoder behind [`push_json`](Self::push_json): every
+    /// byte through the escape, UTF-8 and scanner state machines.
+    fn decode_json(&mut self, escaped: &[u8]) {
         let mut s = escaped;
         while let Some((&b, rest)) = s.split_first() {
             match self.escape {
@@ -123,16 +144,7 @@ impl MarkerTracker {
                     }
                 }
                 Escape::Backslash => {
-                    let decoded = match b {
-                        b'"' | b'\\' | b'/' => Some(b),
-                        b'b' => Some(0x08),
-                        b'f' => Some(0x0C),
-                        b'n' => Some(b'\n'),
-                        b'r' => Some(b'\r'),
-                        b't' => Some(b'\t'),
-                        _ => None,
-                    };
-                    if let Some(c) = decoded {
+                    if let Some(c) = simple_escape(b) {
                         self.escape = Escape::None;
                         self.flush_high();
                         self.scan.ascii(&[c]);
@@ -181,7 +193,72 @@ impl MarkerTracker {
         if self.finished {
             return;
         }
-        self.raw(text);
+        let n = self.fast_prefix(text);
+        if let Some(rest) = text.get(n..).filter(|r| !r.is_empty()) {
+            self.push_rest(rest, Feed::Text);
+        }
+    }
+
+    /// What the fast path left of a piece: from a byte that matters, small
+    /// steps through the general path, back to the fast path after each.
+    ///
+    /// A step is one ASCII byte straight to the scanner when no escape,
+    /// surrogate or UTF-8 sequence is pending (what the general path does
+    /// with it), else a few bytes through the general decoder: an escape's
+    /// first two bytes, a whole UTF-8 sequence, or one byte. The decoders
+    /// are split-invariant, so where a step ends changes nothing but the
+    /// cost.
+    #[inline(never)]
+    fn push_rest(&mut self, mut s: &[u8], feed: Feed) {
+        while let Some(&b) = s.first() {
+            let idle = matches!(self.escape, Escape::None) && self.high == 0 && self.utf8_len == 0;
+            let k = if idle && b < 0x80 && (b != b'\\' || feed == Feed::Text) {
+                self.scan.byte(b);
+                1
+            } else if let Some(c) = s
+                .get(1)
+                .filter(|_| idle && b == b'\\')
+                .and_then(|&e| simple_escape(e))
+            {
+                // What `decode_json` does with an escape such as `\n`.
+                self.scan.byte(c);
+                2
+            } else {
+                let k = match b {
+                    b'\\' => 2,
+                    0x80.. => utf8_seq_len(s).unwrap_or(1),
+                    _ => 1,
+                };
+                let (step, _) = s.split_at(k.min(s.len()));
+                match feed {
+                    Feed::Json => self.decode_json(step),
+                    Feed::Text => self.raw(step),
+                }
+                step.len()
+            };
+            s = &s[k..];
+            s = &s[self.fast_prefix(s)..];
+        }
+    }
+
+    /// [`push_json`](Self::push_json) without the fast path: the other
+    /// side of the fast-path differential (unit tests and fuzzing only).
+    #[cfg(any(test, fuzzing))]
+    #[doc(hidden)]
+    pub fn push_json_general(&mut self, escaped: &[u8]) {
+        if !self.finished {
+            self.decode_json(escaped);
+        }
+    }
+
+    /// [`push_text`](Self::push_text) without the fast path (unit tests and
+    /// fuzzing only).
+    #[cfg(any(test, fuzzing))]
+    #[doc(hidden)]
+    pub fn push_text_general(&mut self, text: &[u8]) {
+        if !self.finished {
+            self.raw(text);
+        }
     }
 
     /// Ends the content: a pending high surrogate, an unfinished escape and
@@ -241,6 +318,54 @@ impl MarkerTracker {
     #[must_use]
     pub fn is_finished(&self) -> bool {
         self.finished
+    }
+
+    /// The fast path of both feeds: consumes the longest prefix of `s` that
+    /// changes nothing but the position, and returns its length.
+    ///
+    /// It applies only in the scanner's neutral states, with no escape,
+    /// surrogate or UTF-8 sequence pending: paragraph text with no backtick
+    /// run or marker in progress, where only a backslash, LF, `[` or a
+    /// backtick matter, and the inside of a fence line, where only a
+    /// backslash or LF do. Any other byte, and any complete valid UTF-8
+    /// sequence, only advances the position there: exactly what the
+    /// general path does with it (`tests::fast_path_equals_general_path`
+    /// checks it split everywhere). It stops before the first byte that
+    /// matters or starts an invalid or incomplete UTF-8 sequence; the
+    /// general path takes over from there. A backslash always stops it,
+    /// so the bytes it consumes decode the same as JSON and as text.
+    #[inline(always)]
+    fn fast_prefix(&mut self, s: &[u8]) -> usize {
+        if !matches!(self.escape, Escape::None) || self.high != 0 || self.utf8_len != 0 {
+            return 0;
+        }
+        let stop = match self.scan.line {
+            Line::Text if self.scan.run == 0 && self.scan.mark.is_none() => STOP_TEXT,
+            Line::FenceSkip => STOP_FENCE,
+            _ => return 0,
+        };
+        let mask = stop | NON_ASCII;
+        let mut i = 0;
+        // Width in bytes minus width in the unit, of the non-ASCII characters.
+        let mut narrow = 0;
+        while let Some(&b) = s.get(i) {
+            if BYTE_CLASS[usize::from(b)] & mask == 0 {
+                i += 1;
+            } else if b < 0x80 {
+                // Every stop byte is ASCII.
+                break;
+            } else if let Some((n, d)) = utf8_narrowing(self.unit, &s[i..]) {
+                i += n;
+                narrow += d;
+            } else {
+                break;
+            }
+        }
+        if i != 0 {
+            self.scan.pos += i as u64 - narrow;
+            self.scan.prev_backslash = false;
+        }
+        i
     }
 
     /// One U+FFFD.
@@ -383,4 +508,28 @@ impl MarkerTracker {
             }
         }
     }
+}
+
+/// The character a one-letter JSON escape (`\n`, `\"`, ...) stands for,
+/// given the byte after the backslash.
+#[inline]
+fn simple_escape(b: u8) -> Option<u8> {
+    match b {
+        b'"' | b'\\' | b'/' => Some(b),
+        b'b' => Some(0x08),
+        b'f' => Some(0x0C),
+        b'n' => Some(b'\n'),
+        b'r' => Some(b'\r'),
+        b't' => Some(b'\t'),
+        _ => None,
+    }
+}
+
+/// For the fast path: the length `n` of the valid UTF-8 sequence `s` starts
+/// with and `n` minus its width in `unit`, or `None` when it is invalid or
+/// incomplete.
+#[inline(never)]
+fn utf8_narrowing(unit: OffsetUnit, s: &[u8]) -> Option<(usize, u64)> {
+    let n = utf8_seq_len(s)?;
+    Some((n, n as u64 - unit.width(n)))
 }
