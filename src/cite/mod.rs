@@ -149,6 +149,7 @@
 use core::fmt;
 use core::str::FromStr;
 
+mod fast;
 mod scanner;
 mod tracker;
 

@@ -1,15 +1,13 @@
 //! [`MarkerTracker`]: the public face of the marker scanner, fed raw
 //! JSON string bodies or decoded text, in pieces split anywhere.
 
-use super::scanner::{
-    BYTE_CLASS, Escape, Line, NON_ASCII, STOP_FENCE, STOP_TEXT, Scanner, ascii_prefix_len, find1,
-    utf8_seq_len,
-};
+use super::fast::simple_escape;
+use super::scanner::{Escape, Scanner, ascii_prefix_len, find1, utf8_seq_len};
 use super::{Marker, OffsetUnit};
 
 /// Which decoder [`MarkerTracker::push_rest`] drives.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Feed {
+pub(super) enum Feed {
     /// Raw JSON string bodies ([`MarkerTracker::decode_json`]).
     Json,
     /// Decoded UTF-8 text ([`MarkerTracker::raw`]).
@@ -61,7 +59,7 @@ pub struct MarkerTracker {
     pub(super) high: u16,
     /// Incomplete UTF-8 sequence (a valid prefix) and its length.
     utf8: [u8; 3],
-    utf8_len: u8,
+    pub(super) utf8_len: u8,
     pub(super) finished: bool,
 }
 
@@ -115,9 +113,8 @@ impl MarkerTracker {
         if self.finished {
             return;
         }
-        let n = self.fast_prefix(escaped);
-        if let Some(rest) = escaped.get(n..).filter(|r| !r.is_empty()) {
-            self.push_rest(rest, Feed::Json);
+        if !self.plain_text(escaped) {
+            self.push_rest(escaped, Feed::Json);
         }
     }
 
@@ -193,14 +190,15 @@ impl MarkerTracker {
         if self.finished {
             return;
         }
-        let n = self.fast_prefix(text);
-        if let Some(rest) = text.get(n..).filter(|r| !r.is_empty()) {
-            self.push_rest(rest, Feed::Text);
+        if !self.plain_text(text) {
+            self.push_rest(text, Feed::Text);
         }
     }
 
-    /// What the fast path left of a piece: from a byte that matters, small
-    /// steps through the general path, back to the fast path after each.
+    /// A piece that is not [`plain_text`](Self::plain_text): the fast path
+    /// ([`fast_prefix`](Self::fast_prefix)) as far as it goes, then from a
+    /// byte it does not handle, small steps through the general path, back
+    /// to the fast path after each.
     ///
     /// A step is one ASCII byte straight to the scanner when no escape,
     /// surrogate or UTF-8 sequence is pending (what the general path does
@@ -210,35 +208,47 @@ impl MarkerTracker {
     /// cost.
     #[inline(never)]
     fn push_rest(&mut self, mut s: &[u8], feed: Feed) {
-        while let Some(&b) = s.first() {
-            let idle = matches!(self.escape, Escape::None) && self.high == 0 && self.utf8_len == 0;
-            let k = if idle && b < 0x80 && (b != b'\\' || feed == Feed::Text) {
-                self.scan.byte(b);
-                1
-            } else if let Some(c) = s
-                .get(1)
-                .filter(|_| idle && b == b'\\')
-                .and_then(|&e| simple_escape(e))
-            {
-                // What `decode_json` does with an escape such as `\n`.
-                self.scan.byte(c);
-                2
-            } else {
-                let k = match b {
-                    b'\\' => 2,
-                    0x80.. => utf8_seq_len(s).unwrap_or(1),
-                    _ => 1,
-                };
-                let (step, _) = s.split_at(k.min(s.len()));
-                match feed {
-                    Feed::Json => self.decode_json(step),
-                    Feed::Text => self.raw(step),
-                }
-                step.len()
-            };
-            s = &s[k..];
-            s = &s[self.fast_prefix(s)..];
+        loop {
+            s = &s[self.fast_prefix(s, feed)..];
+            if s.is_empty() {
+                return;
+            }
+            s = &s[self.general_step(s, feed)..];
         }
+    }
+
+    /// One step of [`push_rest`](Self::push_rest) through the general path
+    /// on non-empty `s`; returns the bytes consumed (at least 1).
+    #[inline(never)]
+    fn general_step(&mut self, s: &[u8], feed: Feed) -> usize {
+        let Some(&b) = s.first() else {
+            return 0;
+        };
+        let idle = matches!(self.escape, Escape::None) && self.high == 0 && self.utf8_len == 0;
+        if idle && b < 0x80 && (b != b'\\' || feed == Feed::Text) {
+            self.scan.byte(b);
+            return 1;
+        }
+        if let Some(c) = s
+            .get(1)
+            .filter(|_| idle && b == b'\\')
+            .and_then(|&e| simple_escape(e))
+        {
+            // What `decode_json` does with an escape such as `\n`.
+            self.scan.byte(c);
+            return 2;
+        }
+        let k = match b {
+            b'\\' => 2,
+            0x80.. => utf8_seq_len(s).unwrap_or(1),
+            _ => 1,
+        };
+        let (step, _) = s.split_at(k.min(s.len()));
+        match feed {
+            Feed::Json => self.decode_json(step),
+            Feed::Text => self.raw(step),
+        }
+        step.len()
     }
 
     /// [`push_json`](Self::push_json) without the fast path: the other
@@ -318,54 +328,6 @@ impl MarkerTracker {
     #[must_use]
     pub fn is_finished(&self) -> bool {
         self.finished
-    }
-
-    /// The fast path of both feeds: consumes the longest prefix of `s` that
-    /// changes nothing but the position, and returns its length.
-    ///
-    /// It applies only in the scanner's neutral states, with no escape,
-    /// surrogate or UTF-8 sequence pending: paragraph text with no backtick
-    /// run or marker in progress, where only a backslash, LF, `[` or a
-    /// backtick matter, and the inside of a fence line, where only a
-    /// backslash or LF do. Any other byte, and any complete valid UTF-8
-    /// sequence, only advances the position there: exactly what the
-    /// general path does with it (`tests::fast_path_equals_general_path`
-    /// checks it split everywhere). It stops before the first byte that
-    /// matters or starts an invalid or incomplete UTF-8 sequence; the
-    /// general path takes over from there. A backslash always stops it,
-    /// so the bytes it consumes decode the same as JSON and as text.
-    #[inline(always)]
-    fn fast_prefix(&mut self, s: &[u8]) -> usize {
-        if !matches!(self.escape, Escape::None) || self.high != 0 || self.utf8_len != 0 {
-            return 0;
-        }
-        let stop = match self.scan.line {
-            Line::Text if self.scan.run == 0 && self.scan.mark.is_none() => STOP_TEXT,
-            Line::FenceSkip => STOP_FENCE,
-            _ => return 0,
-        };
-        let mask = stop | NON_ASCII;
-        let mut i = 0;
-        // Width in bytes minus width in the unit, of the non-ASCII characters.
-        let mut narrow = 0;
-        while let Some(&b) = s.get(i) {
-            if BYTE_CLASS[usize::from(b)] & mask == 0 {
-                i += 1;
-            } else if b < 0x80 {
-                // Every stop byte is ASCII.
-                break;
-            } else if let Some((n, d)) = utf8_narrowing(self.unit, &s[i..]) {
-                i += n;
-                narrow += d;
-            } else {
-                break;
-            }
-        }
-        if i != 0 {
-            self.scan.pos += i as u64 - narrow;
-            self.scan.prev_backslash = false;
-        }
-        i
     }
 
     /// One U+FFFD.
@@ -508,28 +470,4 @@ impl MarkerTracker {
             }
         }
     }
-}
-
-/// The character a one-letter JSON escape (`\n`, `\"`, ...) stands for,
-/// given the byte after the backslash.
-#[inline]
-fn simple_escape(b: u8) -> Option<u8> {
-    match b {
-        b'"' | b'\\' | b'/' => Some(b),
-        b'b' => Some(0x08),
-        b'f' => Some(0x0C),
-        b'n' => Some(b'\n'),
-        b'r' => Some(b'\r'),
-        b't' => Some(b'\t'),
-        _ => None,
-    }
-}
-
-/// For the fast path: the length `n` of the valid UTF-8 sequence `s` starts
-/// with and `n` minus its width in `unit`, or `None` when it is invalid or
-/// incomplete.
-#[inline(never)]
-fn utf8_narrowing(unit: OffsetUnit, s: &[u8]) -> Option<(usize, u64)> {
-    let n = utf8_seq_len(s)?;
-    Some((n, n as u64 - unit.width(n)))
 }

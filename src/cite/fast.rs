@@ -1,0 +1,259 @@
+//! The tracker's fast path: the common pieces of content (plain paragraph
+//! text, line starts, JSON escapes such as `\n`, whole markers, backtick
+//! runs, fence lines) decoded and scanned in one pass over the bytes, with
+//! no per-character calls.
+//!
+//! It applies only when no escape, surrogate, UTF-8 sequence or marker is
+//! pending, and it stops (leaving the rest to the general path in
+//! [`tracker`](super::tracker)) before anything it does not handle: a
+//! `\uXXXX` or invalid escape, an invalid or incomplete UTF-8 sequence, a
+//! marker or backtick run the piece cuts off, a possible fence, any fence
+//! line start. Everything it does consume leaves exactly the state the
+//! general path leaves: `tests::fast_path_equals_general_path` checks it
+//! split everywhere, and the `cite_split` fuzz target on arbitrary input.
+
+use super::scanner::{BYTE_CLASS, Escape, LINE_START, Line, STOP_FENCE, utf8_seq_len};
+use super::tracker::Feed;
+use super::{Marker, MarkerTracker};
+
+/// The character a one-letter JSON escape (`\n`, `\"`, ...) stands for,
+/// given the byte after the backslash.
+#[inline]
+pub(super) fn simple_escape(b: u8) -> Option<u8> {
+    match b {
+        b'"' | b'\\' | b'/' => Some(b),
+        b'b' => Some(0x08),
+        b'f' => Some(0x0C),
+        b'n' => Some(b'\n'),
+        b'r' => Some(b'\r'),
+        b't' => Some(b'\t'),
+        _ => None,
+    }
+}
+
+/// Stands for any non-ASCII character in [`MarkerTracker::fast_text`] (no
+/// rule looks at which one it is).
+const OTHER: u8 = 0x80;
+
+impl MarkerTracker {
+    /// The most common piece, handled without a call: paragraph text with
+    /// nothing pending and none of the bytes [`BYTE_CLASS`] marks (a few
+    /// ASCII characters of a streamed token). Returns whether `s` was that.
+    #[inline(always)]
+    pub(super) fn plain_text(&mut self, s: &[u8]) -> bool {
+        let plain = matches!(self.scan.line, Line::Text)
+            && self.scan.run == 0
+            && self.scan.mark.is_none()
+            && matches!(self.escape, Escape::None)
+            && self.high == 0
+            && self.utf8_len == 0
+            && s.iter().all(|&b| BYTE_CLASS[usize::from(b)] == 0);
+        if plain && !s.is_empty() {
+            self.scan.pos += s.len() as u64;
+            self.scan.prev_backslash = false;
+        }
+        plain
+    }
+
+    /// Consumes the longest prefix of `s` the fast path handles and returns
+    /// its length (0 when the state is not one it handles).
+    #[inline(always)]
+    pub(super) fn fast_prefix(&mut self, s: &[u8], feed: Feed) -> usize {
+        if !matches!(self.escape, Escape::None)
+            || self.high != 0
+            || self.utf8_len != 0
+            || self.scan.mark.is_some()
+        {
+            return 0;
+        }
+        match self.scan.line {
+            Line::Text | Line::Start { .. } => self.fast_text(s, feed),
+            Line::FenceSkip => self.fast_fence(s),
+            _ => 0,
+        }
+    }
+
+    /// The rest of a fence line: everything but a backslash (an escape may
+    /// be `\n`) or LF only advances the position.
+    fn fast_fence(&mut self, s: &[u8]) -> usize {
+        let mut i = 0;
+        // Width in bytes minus width in the unit, of what was consumed.
+        let mut narrow = 0;
+        while let Some(&b) = s.get(i) {
+            if BYTE_CLASS[usize::from(b)] & STOP_FENCE != 0 {
+                break;
+            } else if b < 0x80 {
+                i += 1;
+            } else if let Some(n) = utf8_seq_len(&s[i..]) {
+                i += n;
+                narrow += n as u64 - self.unit.width(n);
+            } else {
+                break;
+            }
+        }
+        if i != 0 {
+            self.scan.pos += i as u64 - narrow;
+            self.scan.prev_backslash = false;
+        }
+        i
+    }
+
+    /// Paragraph text and line starts outside fences (the scanner's `Text`
+    /// and `Start` states), with no marker pending; a backtick run may be.
+    #[inline]
+    fn fast_text(&mut self, s: &[u8], feed: Feed) -> usize {
+        let json = feed == Feed::Json;
+        let mut i = 0;
+        // Width in bytes minus width in the unit, of what was consumed: the
+        // position of byte `i` is `pos0 + i - narrow`.
+        let mut narrow = 0u64;
+        let pos0 = self.scan.pos;
+        let mut prev_backslash = self.scan.prev_backslash;
+        if self.scan.run != 0 {
+            // A backtick run left open by the previous piece.
+            let k = s.iter().take_while(|&&b| b == b'`').count();
+            if k != 0 {
+                prev_backslash = false;
+            }
+            let run = self
+                .scan
+                .run
+                .saturating_add(u32::try_from(k).unwrap_or(u32::MAX));
+            if k == s.len() || (json && s[k] == b'\\') {
+                // Still open, or an escape that may be a backtick.
+                self.scan.run = run;
+                i = k;
+            } else {
+                self.scan.run = 0;
+                self.scan.end_run(run);
+                i = k;
+            }
+        }
+        while self.scan.run == 0 {
+            if self.scan.line == Line::Text {
+                let from = i;
+                while s.get(i).is_some_and(|&b| BYTE_CLASS[usize::from(b)] == 0) {
+                    i += 1;
+                }
+                if i != from {
+                    prev_backslash = false;
+                }
+            }
+            let Some(&b) = s.get(i) else {
+                break;
+            };
+            // Decode one character: `c` (ASCII, or OTHER), `n` bytes long,
+            // `n - narrowing` units wide.
+            let (c, n, narrowing) = if b >= 0x80 {
+                let Some(n) = utf8_seq_len(&s[i..]) else {
+                    break;
+                };
+                (OTHER, n, n as u64 - self.unit.width(n))
+            } else if b == b'\\' && json {
+                let Some(c) = s.get(i + 1).and_then(|&e| simple_escape(e)) else {
+                    break;
+                };
+                (c, 2, 1)
+            } else {
+                (b, 1, 0)
+            };
+            match self.scan.line {
+                Line::Text => match c {
+                    b'[' if !prev_backslash => {
+                        let Some(end) = self.fast_marker(s, i, pos0 + i as u64 - narrow, json)
+                        else {
+                            break;
+                        };
+                        i = end;
+                        prev_backslash = false;
+                        continue;
+                    }
+                    b'`' => {
+                        let k = s[i..].iter().take_while(|&&b| b == b'`').count();
+                        let run = u32::try_from(k).unwrap_or(u32::MAX);
+                        i += k;
+                        prev_backslash = false;
+                        match s.get(i) {
+                            // Open, or an escape that may be a backtick.
+                            None | Some(b'\\') => self.scan.run = run,
+                            Some(_) => self.scan.end_run(run),
+                        }
+                        continue;
+                    }
+                    b'\n' => self.scan.line = LINE_START,
+                    _ => {}
+                },
+                Line::Start { spaces, eligible } => match c {
+                    b' ' => {
+                        let more = eligible && spaces < 3;
+                        self.scan.line = Line::Start {
+                            spaces: spaces + u8::from(more),
+                            eligible: more,
+                        };
+                    }
+                    b'\t' | b'\r' => {
+                        self.scan.line = Line::Start {
+                            spaces,
+                            eligible: false,
+                        }
+                    }
+                    b'\n' => {
+                        self.scan.end_paragraph();
+                        self.scan.line = LINE_START;
+                    }
+                    b'`' | b'~' if eligible => break,
+                    _ => {
+                        // The line's text starts with `c`: read it again
+                        // as text.
+                        self.scan.line = Line::Text;
+                        continue;
+                    }
+                },
+                _ => break,
+            }
+            i += n;
+            narrow += narrowing;
+            prev_backslash = c == b'\\';
+        }
+        self.scan.pos = pos0 + i as u64 - narrow;
+        self.scan.prev_backslash = prev_backslash;
+        i
+    }
+
+    /// A `[` at `s[at]` (position `start`) that opens a marker: reads the
+    /// digits and the byte after them, records the marker if it is one,
+    /// and returns where scanning resumes (after the `]`, or at the byte
+    /// that ended the digits, which is then read normally). `None` when the
+    /// piece ends first or an escape follows the digits (it may decode to
+    /// a digit or `]`).
+    #[inline]
+    fn fast_marker(&mut self, s: &[u8], at: usize, start: u64, json: bool) -> Option<usize> {
+        let mut j = at + 1;
+        let mut value = 0u32;
+        let mut digits = 0;
+        while digits < 4 {
+            match s.get(j) {
+                Some(&d @ b'0'..=b'9') if !(digits == 0 && d == b'0') => {
+                    value = value * 10 + u32::from(d - b'0');
+                    digits += 1;
+                    j += 1;
+                }
+                _ => break,
+            }
+        }
+        match *s.get(j)? {
+            b'\\' if json => None,
+            b']' => {
+                if digits > 0 && value >= 1 && value <= self.scan.max_number {
+                    self.scan.found(Marker {
+                        number: value,
+                        start,
+                        end: start + (j + 1 - at) as u64,
+                    });
+                }
+                Some(j + 1)
+            }
+            _ => Some(j),
+        }
+    }
+}
