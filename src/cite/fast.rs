@@ -31,28 +31,51 @@ pub(super) fn simple_escape(b: u8) -> Option<u8> {
     }
 }
 
+/// Whether `s` holds none of the bytes [`BYTE_CLASS`] marks: four bytes a
+/// step, which short pieces mostly are.
+#[inline(always)]
+fn is_plain(s: &[u8]) -> bool {
+    let class = |b: u8| BYTE_CLASS[usize::from(b)];
+    let mut quads = s.chunks_exact(4);
+    for q in &mut quads {
+        if class(q[0]) | class(q[1]) | class(q[2]) | class(q[3]) != 0 {
+            return false;
+        }
+    }
+    quads.remainder().iter().all(|&b| class(b) == 0)
+}
+
 /// Stands for any non-ASCII character in [`MarkerTracker::fast_text`] (no
 /// rule looks at which one it is).
 const OTHER: u8 = 0x80;
 
 impl MarkerTracker {
-    /// The most common piece, handled without a call: paragraph text with
-    /// nothing pending and none of the bytes [`BYTE_CLASS`] marks (a few
-    /// ASCII characters of a streamed token). Returns whether `s` was that.
+    /// The most common piece, handled without a call: `text_idle` (paragraph
+    /// text, nothing pending, not finished) and none of the bytes
+    /// [`BYTE_CLASS`] marks in `s` (a few ASCII characters of a streamed
+    /// token). Returns whether `s` was that (and is consumed).
     #[inline(always)]
     pub(super) fn plain_text(&mut self, s: &[u8]) -> bool {
-        let plain = matches!(self.scan.line, Line::Text)
+        debug_assert!(!self.text_idle || self.is_text_idle());
+        if !(self.text_idle && is_plain(s)) {
+            return false;
+        }
+        if !s.is_empty() {
+            self.scan.pos += s.len() as u64;
+            self.scan.prev_backslash = false;
+        }
+        true
+    }
+
+    /// What `text_idle` stands for, computed.
+    pub(super) fn is_text_idle(&self) -> bool {
+        !self.finished
+            && matches!(self.scan.line, Line::Text)
             && self.scan.run == 0
             && self.scan.mark.is_none()
             && matches!(self.escape, Escape::None)
             && self.high == 0
             && self.utf8_len == 0
-            && s.iter().all(|&b| BYTE_CLASS[usize::from(b)] == 0);
-        if plain && !s.is_empty() {
-            self.scan.pos += s.len() as u64;
-            self.scan.prev_backslash = false;
-        }
-        plain
     }
 
     /// Consumes the longest prefix of `s` the fast path handles and returns

@@ -61,6 +61,10 @@ pub struct MarkerTracker {
     utf8: [u8; 3],
     pub(super) utf8_len: u8,
     pub(super) finished: bool,
+    /// Not finished, and the state is paragraph text with nothing pending
+    /// (see [`plain_text`](Self::plain_text)). Set only when the general
+    /// entry of a feed returns; a plain piece keeps it true.
+    pub(super) text_idle: bool,
 }
 
 impl MarkerTracker {
@@ -82,6 +86,7 @@ impl MarkerTracker {
             utf8: [0; 3],
             utf8_len: 0,
             finished: false,
+            text_idle: false,
         }
     }
 
@@ -110,12 +115,10 @@ impl MarkerTracker {
     ///
     /// Never panics.
     pub fn push_json(&mut self, escaped: &[u8]) {
-        if self.finished {
+        if self.plain_text(escaped) || self.finished {
             return;
         }
-        if !self.plain_text(escaped) {
-            self.push_rest(escaped, Feed::Json);
-        }
+        self.push_rest(escaped, Feed::Json);
     }
 
     /// The general JSON decoder behind [`push_json`](Self::push_json): every
@@ -187,12 +190,10 @@ impl MarkerTracker {
     ///
     /// Never panics.
     pub fn push_text(&mut self, text: &[u8]) {
-        if self.finished {
+        if self.plain_text(text) || self.finished {
             return;
         }
-        if !self.plain_text(text) {
-            self.push_rest(text, Feed::Text);
-        }
+        self.push_rest(text, Feed::Text);
     }
 
     /// A piece that is not [`plain_text`](Self::plain_text): the fast path
@@ -211,10 +212,11 @@ impl MarkerTracker {
         loop {
             s = &s[self.fast_prefix(s, feed)..];
             if s.is_empty() {
-                return;
+                break;
             }
             s = &s[self.general_step(s, feed)..];
         }
+        self.text_idle = self.is_text_idle();
     }
 
     /// One step of [`push_rest`](Self::push_rest) through the general path
@@ -257,6 +259,7 @@ impl MarkerTracker {
     #[doc(hidden)]
     pub fn push_json_general(&mut self, escaped: &[u8]) {
         if !self.finished {
+            self.text_idle = false;
             self.decode_json(escaped);
         }
     }
@@ -267,6 +270,7 @@ impl MarkerTracker {
     #[doc(hidden)]
     pub fn push_text_general(&mut self, text: &[u8]) {
         if !self.finished {
+            self.text_idle = false;
             self.raw(text);
         }
     }
@@ -284,6 +288,7 @@ impl MarkerTracker {
             return;
         }
         self.finished = true;
+        self.text_idle = false;
         if self.escape != Escape::None {
             self.invalid_escape();
         }
