@@ -12,7 +12,7 @@
 //! general path leaves: `tests::fast_path_equals_general_path` checks it
 //! split everywhere, and the `cite_split` fuzz target on arbitrary input.
 
-use super::scanner::{BYTE_CLASS, Escape, LINE_START, Line, STOP_FENCE, utf8_seq_len};
+use super::scanner::{BYTE_CLASS, Escape, LINE_START, Line, NON_ASCII, STOP_FENCE, utf8_seq_len};
 use super::tracker::Feed;
 use super::{Marker, MarkerTracker};
 
@@ -123,82 +123,81 @@ impl MarkerTracker {
 
     /// Paragraph text and line starts outside fences (the scanner's `Text`
     /// and `Start` states), with no marker pending; a backtick run may be.
+    /// Runs of text go to [`text_run`](Self::text_run); this handles what
+    /// stops it: escapes, backtick runs, line breaks and line starts.
     #[inline]
     fn fast_text(&mut self, s: &[u8], feed: Feed) -> usize {
         let json = feed == Feed::Json;
         let mut i = 0;
-        // Width in bytes minus width in the unit, of what was consumed: the
-        // position of byte `i` is `pos0 + i - narrow`.
-        let mut narrow = 0u64;
-        let pos0 = self.scan.pos;
-        let mut prev_backslash = self.scan.prev_backslash;
         if self.scan.run != 0 {
             // A backtick run left open by the previous piece.
             let k = s.iter().take_while(|&&b| b == b'`').count();
             if k != 0 {
-                prev_backslash = false;
+                self.scan.prev_backslash = false;
+                self.scan.pos += k as u64;
             }
             let run = self
                 .scan
                 .run
                 .saturating_add(u32::try_from(k).unwrap_or(u32::MAX));
+            i = k;
             if k == s.len() || (json && s[k] == b'\\') {
                 // Still open, or an escape that may be a backtick.
                 self.scan.run = run;
-                i = k;
-            } else {
-                self.scan.run = 0;
-                self.scan.end_run(run);
-                i = k;
+                return i;
             }
+            self.scan.run = 0;
+            self.scan.end_run(run);
         }
-        while self.scan.run == 0 {
+        loop {
             if self.scan.line == Line::Text {
+                // Plain ASCII inline; `text_run` for what else it takes.
                 let from = i;
                 while s.get(i).is_some_and(|&b| BYTE_CLASS[usize::from(b)] == 0) {
                     i += 1;
                 }
                 if i != from {
-                    prev_backslash = false;
+                    self.scan.pos += (i - from) as u64;
+                    self.scan.prev_backslash = false;
+                }
+                if s.get(i).is_some_and(|&b| b == b'[' || b >= 0x80) {
+                    i += self.text_run(&s[i..]);
                 }
             }
             let Some(&b) = s.get(i) else {
                 break;
             };
             // Decode one character: `c` (ASCII, or OTHER), `n` bytes long,
-            // `n - narrowing` units wide.
-            let (c, n, narrowing) = if b >= 0x80 {
+            // `w` units wide.
+            let (c, n, w) = if b >= 0x80 {
                 let Some(n) = utf8_seq_len(&s[i..]) else {
                     break;
                 };
-                (OTHER, n, n as u64 - self.unit.width(n))
+                (OTHER, n, self.unit.width(n))
             } else if b == b'\\' && json {
                 let Some(c) = s.get(i + 1).and_then(|&e| simple_escape(e)) else {
                     break;
                 };
                 (c, 2, 1)
             } else {
-                (b, 1, 0)
+                (b, 1, 1)
             };
             match self.scan.line {
                 Line::Text => match c {
-                    b'[' if !prev_backslash => {
-                        let Some(end) = self.fast_marker(s, i, pos0 + i as u64 - narrow, json)
-                        else {
-                            break;
-                        };
-                        i = end;
-                        prev_backslash = false;
-                        continue;
-                    }
+                    // Not after a backslash: `text_run` stopped before it.
+                    b'[' if !self.scan.prev_backslash => break,
                     b'`' => {
                         let k = s[i..].iter().take_while(|&&b| b == b'`').count();
                         let run = u32::try_from(k).unwrap_or(u32::MAX);
                         i += k;
-                        prev_backslash = false;
+                        self.scan.pos += k as u64;
+                        self.scan.prev_backslash = false;
                         match s.get(i) {
                             // Open, or an escape that may be a backtick.
-                            None | Some(b'\\') => self.scan.run = run,
+                            None | Some(b'\\') => {
+                                self.scan.run = run;
+                                break;
+                            }
                             Some(_) => self.scan.end_run(run),
                         }
                         continue;
@@ -235,11 +234,48 @@ impl MarkerTracker {
                 _ => break,
             }
             i += n;
-            narrow += narrowing;
-            prev_backslash = c == b'\\';
+            self.scan.pos += w;
+            self.scan.prev_backslash = c == b'\\';
         }
-        self.scan.pos = pos0 + i as u64 - narrow;
-        self.scan.prev_backslash = prev_backslash;
+        i
+    }
+
+    /// Paragraph text with nothing pending: consumes ASCII characters that
+    /// change nothing, valid UTF-8 sequences, a `[` right after a
+    /// backslash and whole markers `[n]` (recorded if they count), and
+    /// returns the bytes consumed. Stops before a backslash, LF, backtick,
+    /// invalid or incomplete UTF-8 and a marker the piece cuts off.
+    #[inline(never)]
+    pub(super) fn text_run(&mut self, s: &[u8]) -> usize {
+        let mut i = 0;
+        // Width in bytes minus width in the unit, of what was consumed: the
+        // position of byte `i` is `pos0 + i - narrow`.
+        let mut narrow = 0;
+        let pos0 = self.scan.pos;
+        while let Some(&b) = s.get(i) {
+            match BYTE_CLASS[usize::from(b)] {
+                0 => i += 1,
+                NON_ASCII => match utf8_seq_len(&s[i..]) {
+                    Some(n) => {
+                        i += n;
+                        narrow += n as u64 - self.unit.width(n);
+                    }
+                    None => break,
+                },
+                // Only the first byte can follow a backslash: one stops
+                // the run.
+                _ if b == b'[' && i == 0 && self.scan.prev_backslash => i += 1,
+                _ if b == b'[' => match self.fast_marker(s, i, pos0 + i as u64 - narrow) {
+                    Some(end) => i = end,
+                    None => break,
+                },
+                _ => break,
+            }
+        }
+        if i != 0 {
+            self.scan.pos = pos0 + i as u64 - narrow;
+            self.scan.prev_backslash = false;
+        }
         i
     }
 
@@ -247,10 +283,10 @@ impl MarkerTracker {
     /// digits and the byte after them, records the marker if it is one,
     /// and returns where scanning resumes (after the `]`, or at the byte
     /// that ended the digits, which is then read normally). `None` when the
-    /// piece ends first or an escape follows the digits (it may decode to
-    /// a digit or `]`).
+    /// piece ends first or a backslash follows the digits (in JSON, an
+    /// escape that may decode to a digit or `]`).
     #[inline]
-    fn fast_marker(&mut self, s: &[u8], at: usize, start: u64, json: bool) -> Option<usize> {
+    fn fast_marker(&mut self, s: &[u8], at: usize, start: u64) -> Option<usize> {
         let mut j = at + 1;
         let mut value = 0u32;
         let mut digits = 0;
@@ -265,7 +301,7 @@ impl MarkerTracker {
             }
         }
         match *s.get(j)? {
-            b'\\' if json => None,
+            b'\\' => None,
             b']' => {
                 if digits > 0 && value >= 1 && value <= self.scan.max_number {
                     self.scan.found(Marker {

@@ -118,7 +118,14 @@ impl MarkerTracker {
         if self.plain_text(escaped) || self.finished {
             return;
         }
-        self.push_rest(escaped, Feed::Json);
+        let n = if self.text_idle {
+            self.text_run(escaped)
+        } else {
+            0
+        };
+        if n < escaped.len() {
+            self.push_rest(&escaped[n..], Feed::Json);
+        }
     }
 
     /// The general JSON decoder behind [`push_json`](Self::push_json): every
@@ -193,7 +200,14 @@ impl MarkerTracker {
         if self.plain_text(text) || self.finished {
             return;
         }
-        self.push_rest(text, Feed::Text);
+        let n = if self.text_idle {
+            self.text_run(text)
+        } else {
+            0
+        };
+        if n < text.len() {
+            self.push_rest(&text[n..], Feed::Text);
+        }
     }
 
     /// A piece that is not [`plain_text`](Self::plain_text): the fast path
