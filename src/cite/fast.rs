@@ -49,6 +49,16 @@ fn is_plain(s: &[u8]) -> bool {
 /// rule looks at which one it is).
 const OTHER: u8 = 0x80;
 
+/// What [`MarkerTracker::start_char`] did with a character.
+enum Start {
+    /// It was leading whitespace or a blank line's LF.
+    Consumed,
+    /// The line's text starts with it: read it again as paragraph text.
+    Reread,
+    /// A possible fence: the general path decides.
+    Stop,
+}
+
 impl MarkerTracker {
     /// The most common piece, handled without a call: `text_idle` (paragraph
     /// text, nothing pending, not finished) and none of the bytes
@@ -130,24 +140,10 @@ impl MarkerTracker {
         let json = feed == Feed::Json;
         let mut i = 0;
         if self.scan.run != 0 {
-            // A backtick run left open by the previous piece.
-            let k = s.iter().take_while(|&&b| b == b'`').count();
-            if k != 0 {
-                self.scan.prev_backslash = false;
-                self.scan.pos += k as u64;
-            }
-            let run = self
-                .scan
-                .run
-                .saturating_add(u32::try_from(k).unwrap_or(u32::MAX));
-            i = k;
-            if k == s.len() || (json && s[k] == b'\\') {
-                // Still open, or an escape that may be a backtick.
-                self.scan.run = run;
+            i = self.carried_run(s, json);
+            if self.scan.run != 0 {
                 return i;
             }
-            self.scan.run = 0;
-            self.scan.end_run(run);
         }
         loop {
             if self.scan.line == Line::Text {
@@ -205,31 +201,10 @@ impl MarkerTracker {
                     b'\n' => self.scan.line = LINE_START,
                     _ => {}
                 },
-                Line::Start { spaces, eligible } => match c {
-                    b' ' => {
-                        let more = eligible && spaces < 3;
-                        self.scan.line = Line::Start {
-                            spaces: spaces + u8::from(more),
-                            eligible: more,
-                        };
-                    }
-                    b'\t' | b'\r' => {
-                        self.scan.line = Line::Start {
-                            spaces,
-                            eligible: false,
-                        }
-                    }
-                    b'\n' => {
-                        self.scan.end_paragraph();
-                        self.scan.line = LINE_START;
-                    }
-                    b'`' | b'~' if eligible => break,
-                    _ => {
-                        // The line's text starts with `c`: read it again
-                        // as text.
-                        self.scan.line = Line::Text;
-                        continue;
-                    }
+                Line::Start { spaces, eligible } => match self.start_char(c, spaces, eligible) {
+                    Start::Consumed => {}
+                    Start::Reread => continue,
+                    Start::Stop => break,
                 },
                 _ => break,
             }
@@ -238,6 +213,61 @@ impl MarkerTracker {
             self.scan.prev_backslash = c == b'\\';
         }
         i
+    }
+
+    /// A backtick run left open by the previous piece (`run != 0`):
+    /// extends it with the backticks `s` starts with and ends it before
+    /// anything else, unless that is a JSON escape (it may be a backtick).
+    /// Returns the bytes consumed; the run is still open if `run != 0`.
+    fn carried_run(&mut self, s: &[u8], json: bool) -> usize {
+        let k = s.iter().take_while(|&&b| b == b'`').count();
+        if k != 0 {
+            self.scan.prev_backslash = false;
+            self.scan.pos += k as u64;
+        }
+        let run = self
+            .scan
+            .run
+            .saturating_add(u32::try_from(k).unwrap_or(u32::MAX));
+        if k == s.len() || (json && s[k] == b'\\') {
+            self.scan.run = run;
+        } else {
+            self.scan.run = 0;
+            self.scan.end_run(run);
+        }
+        k
+    }
+
+    /// The decoded ASCII character (or [`OTHER`]) `c` at a line start
+    /// outside fences, as `Scanner::start_step` reads it; a possible fence
+    /// is left to the general path.
+    fn start_char(&mut self, c: u8, spaces: u8, eligible: bool) -> Start {
+        match c {
+            b' ' => {
+                let more = eligible && spaces < 3;
+                self.scan.line = Line::Start {
+                    spaces: spaces + u8::from(more),
+                    eligible: more,
+                };
+            }
+            b'\t' | b'\r' => {
+                self.scan.line = Line::Start {
+                    spaces,
+                    eligible: false,
+                }
+            }
+            b'\n' => {
+                self.scan.end_paragraph();
+                self.scan.line = LINE_START;
+            }
+            b'`' | b'~' if eligible => return Start::Stop,
+            _ => {
+                // The line's text starts with `c`: read it again as text.
+                self.scan.line = Line::Text;
+                return Start::Reread;
+            }
+        }
+        Start::Consumed
     }
 
     /// Paragraph text with nothing pending: consumes ASCII characters that

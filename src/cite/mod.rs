@@ -99,11 +99,24 @@
 //! undecided before them, and all are final after
 //! [`MarkerTracker::finish`].
 //!
-//! The common case is fast: plain paragraph text is skipped with
-//! `memchr3` for `[`, `` ` `` and LF, fenced code with `memchr` for LF, runs
-//! of non-ASCII characters are counted in bulk, and no allocation happens
-//! except to record a marker or a nested undecided opener (amortized vector
-//! growth; a single undecided opener needs no allocation).
+//! The common case is fast, in tiers (`fast.rs`). A streamed token in
+//! paragraph text with nothing pending (a flag the general entry sets when
+//! it returns) and none of the bytes the rules look at (`\`, LF, `[`, a
+//! backtick, non-ASCII) only advances the position: one flag test and a
+//! class-table check, four bytes a step, without a call. Next, one call
+//! takes paragraph text with valid UTF-8 (counted in the unit inline) and
+//! whole markers `[n]`; then a loop decodes one-letter escapes, line
+//! starts, line breaks and backtick runs, and skips fence lines to the
+//! next LF. Only what none of them handles (`\uXXXX` escapes, invalid or
+//! incomplete UTF-8, a marker or run cut by the end of the piece, fence
+//! openings and closings) goes through the general decoders above, a few
+//! bytes at a time, back to the fast path after each step; they are
+//! split-invariant, so where a step ends changes nothing. The fast path is
+//! checked against the general path alone at every split
+//! (`tests::fast_path_equals_general_path`, the `cite_split` fuzz target).
+//! No allocation happens except to record a marker or a nested undecided
+//! opener (amortized vector growth; a single undecided opener needs no
+//! allocation).
 //!
 //! # Decisions where the SPEC is silent
 //!
