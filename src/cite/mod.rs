@@ -99,11 +99,24 @@
 //! undecided before them, and all are final after
 //! [`MarkerTracker::finish`].
 //!
-//! The common case is fast: plain paragraph text is skipped with
-//! `memchr3` for `[`, `` ` `` and LF, fenced code with `memchr` for LF, runs
-//! of non-ASCII characters are counted in bulk, and no allocation happens
-//! except to record a marker or a nested undecided opener (amortized vector
-//! growth; a single undecided opener needs no allocation).
+//! The common case is fast, in tiers (`fast.rs`). A streamed token in
+//! paragraph text with nothing pending (a flag the general entry sets when
+//! it returns) and none of the bytes the rules look at (`\`, LF, `[`, a
+//! backtick, non-ASCII) only advances the position: one flag test and a
+//! class-table check, four bytes a step, without a call. Next, one call
+//! takes paragraph text with valid UTF-8 (counted in the unit inline) and
+//! whole markers `[n]`; then a loop decodes one-letter escapes, line
+//! starts, line breaks and backtick runs, and skips fence lines to the
+//! next LF. Only what none of them handles (`\uXXXX` escapes, invalid or
+//! incomplete UTF-8, a marker or run cut by the end of the piece, fence
+//! openings and closings) goes through the general decoders above, a few
+//! bytes at a time, back to the fast path after each step; they are
+//! split-invariant, so where a step ends changes nothing. The fast path is
+//! checked against the general path alone at every split
+//! (`tests::fast_path_equals_general_path`, the `cite_split` fuzz target).
+//! No allocation happens except to record a marker or a nested undecided
+//! opener (amortized vector growth; a single undecided opener needs no
+//! allocation).
 //!
 //! # Decisions where the SPEC is silent
 //!
@@ -149,6 +162,7 @@
 use core::fmt;
 use core::str::FromStr;
 
+mod fast;
 mod scanner;
 mod tracker;
 
@@ -411,6 +425,62 @@ mod tests {
         t.push_text("a `x [1] [2] [3] [4]` b\n".repeat(100).as_bytes());
         assert!(t.markers().is_empty());
         assert!(t.scan.pending.capacity() <= 8);
+    }
+
+    /// Feeds `input` in the pieces `cuts` gives to a tracker with the fast
+    /// path and to one without, comparing the length and the markers after
+    /// every piece and at the end.
+    fn fast_vs_general(input: &[u8], cuts: &[usize], json: bool, unit: OffsetUnit) {
+        let mut fast = MarkerTracker::new(9, unit);
+        let mut general = MarkerTracker::new(9, unit);
+        let mut from = 0;
+        for &cut in cuts.iter().chain([&input.len()]) {
+            let piece = &input[from..cut];
+            from = cut;
+            if json {
+                fast.push_json(piece);
+                general.push_json_general(piece);
+            } else {
+                fast.push_text(piece);
+                general.push_text_general(piece);
+            }
+            assert_eq!(fast.len(), general.len(), "{input:?} {cuts:?} {unit}");
+            assert_eq!(fast.markers(), general.markers(), "{input:?} {cuts:?}");
+        }
+        fast.finish();
+        general.finish();
+        assert_eq!(fast.len(), general.len(), "{input:?} {cuts:?} {unit}");
+        assert_eq!(fast.markers(), general.markers(), "{input:?} {cuts:?}");
+    }
+
+    #[test]
+    fn fast_path_equals_general_path() {
+        let cases: &[&[u8]] = &[
+            b"Hello",
+            b" the [1] and [2][3] `x [4]` y\n\n[5]",
+            r"caf\u00e9 na\u00efve \ud83d\ude00 \ud83d x\\[1] \[2] \q [3]".as_bytes(),
+            "café naïve 東京 😀 — ü [1] 東[2]京".as_bytes(),
+            b"\xC3 \xE2\x82 \xF0\x9F\x98 [1] \xED\xA0\x80 \xE0\x80\xAF \xF4\x90\x80\x80 \xC0\xAF \xFF [2]",
+            b"text\n```\ncode [1] \xC3\xA9 `x`\n  ```\n[2] ~~~ [3]\n~~~\n[4]\n~~~~ \r\nafter [5]",
+            br"line\n```py\nx = [1]\\n\n```\n\n   [2]\n    ``` [3]\n``x`` [4] ``` [5",
+            b"a\\[1] b\\\\[2] c\\\n[3] \\\xC3\xA9[4] `` [5] ` [6] ``",
+            b"\xE6\x9D\xB1\xE4\xBA\xAC\xE6\x9D\xB1\xE4\xBA\xAC\xE6\x9D\xB1\xE4\xBA\xAC\xE6\x9D\xB1 [1]",
+        ];
+        for &input in cases {
+            for unit in [OffsetUnit::Chars, OffsetUnit::Utf16, OffsetUnit::Bytes] {
+                for json in [true, false] {
+                    fast_vs_general(input, &[], json, unit);
+                    for a in 0..=input.len() {
+                        fast_vs_general(input, &[a], json, unit);
+                        for b in (a..=input.len()).step_by(3) {
+                            fast_vs_general(input, &[a, b], json, unit);
+                        }
+                    }
+                    let bytewise: Vec<usize> = (0..=input.len()).collect();
+                    fast_vs_general(input, &bytewise, json, unit);
+                }
+            }
+        }
     }
 
     #[test]

@@ -170,6 +170,7 @@ impl Scanner {
     }
 
     /// Feeds one ASCII character.
+    #[inline]
     pub(super) fn byte(&mut self, b: u8) {
         self.step(b);
         self.pos += 1;
@@ -455,4 +456,48 @@ pub(super) fn ascii_prefix_len(s: &[u8]) -> usize {
         .iter()
         .position(|&b| b >= 0x80)
         .unwrap_or(s.len() - i)
+}
+
+/// [`BYTE_CLASS`] bit: the byte stops the fast path in paragraph text.
+pub(super) const STOP_TEXT: u8 = 1;
+/// [`BYTE_CLASS`] bit: the byte stops the fast path inside a fence line.
+pub(super) const STOP_FENCE: u8 = 2;
+/// [`BYTE_CLASS`] value of the bytes `>= 0x80`.
+pub(super) const NON_ASCII: u8 = 4;
+
+/// What each byte means to the tracker's fast path: 0 for the ASCII bytes
+/// that only advance the position in its states; backslash and LF stop it
+/// everywhere, `[` and a backtick in paragraph text.
+pub(super) static BYTE_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0x80;
+    while b < 256 {
+        t[b] = NON_ASCII;
+        b += 1;
+    }
+    t[b'\\' as usize] = STOP_TEXT | STOP_FENCE;
+    t[b'\n' as usize] = STOP_TEXT | STOP_FENCE;
+    t[b'[' as usize] = STOP_TEXT;
+    t[b'`' as usize] = STOP_TEXT;
+    t
+};
+
+/// Length of the valid UTF-8 sequence that `s` starts with (its first byte
+/// is `>= 0x80`), or `None` when it is invalid or cut off by the end of `s`
+/// (Unicode Table 3-7, well-formed byte sequences).
+#[inline]
+pub(super) fn utf8_seq_len(s: &[u8]) -> Option<usize> {
+    let (n, lo, hi) = match *s.first()? {
+        0xC2..=0xDF => (2, 0x80, 0xBF),
+        0xE0 => (3, 0xA0, 0xBF),
+        0xE1..=0xEC | 0xEE..=0xEF => (3, 0x80, 0xBF),
+        0xED => (3, 0x80, 0x9F),
+        0xF0 => (4, 0x90, 0xBF),
+        0xF1..=0xF3 => (4, 0x80, 0xBF),
+        0xF4 => (4, 0x80, 0x8F),
+        _ => return None,
+    };
+    let seq = s.get(..n)?;
+    let second_ok = (lo..=hi).contains(&seq[1]);
+    (second_ok && seq[2..].iter().all(|&b| b & 0xC0 == 0x80)).then_some(n)
 }

@@ -1,8 +1,18 @@
 //! [`MarkerTracker`]: the public face of the marker scanner, fed raw
 //! JSON string bodies or decoded text, in pieces split anywhere.
 
-use super::scanner::{Escape, Scanner, ascii_prefix_len, find1};
+use super::fast::simple_escape;
+use super::scanner::{Escape, Scanner, ascii_prefix_len, find1, utf8_seq_len};
 use super::{Marker, OffsetUnit};
+
+/// Which decoder [`MarkerTracker::push_rest`] drives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Feed {
+    /// Raw JSON string bodies ([`MarkerTracker::decode_json`]).
+    Json,
+    /// Decoded UTF-8 text ([`MarkerTracker::raw`]).
+    Text,
+}
 
 /// Finds citation markers in the content of one chat choice, fed in pieces,
 /// and reports their offsets.
@@ -49,8 +59,12 @@ pub struct MarkerTracker {
     pub(super) high: u16,
     /// Incomplete UTF-8 sequence (a valid prefix) and its length.
     utf8: [u8; 3],
-    utf8_len: u8,
+    pub(super) utf8_len: u8,
     pub(super) finished: bool,
+    /// Not finished, and the state is paragraph text with nothing pending
+    /// (see [`plain_text`](Self::plain_text)). Set only when the general
+    /// entry of a feed returns; a plain piece keeps it true.
+    pub(super) text_idle: bool,
 }
 
 impl MarkerTracker {
@@ -72,6 +86,7 @@ impl MarkerTracker {
             utf8: [0; 3],
             utf8_len: 0,
             finished: false,
+            text_idle: false,
         }
     }
 
@@ -100,9 +115,22 @@ impl MarkerTracker {
     ///
     /// Never panics.
     pub fn push_json(&mut self, escaped: &[u8]) {
-        if self.finished {
+        if self.plain_text(escaped) || self.finished {
             return;
         }
+        let n = if self.text_idle {
+            self.text_run(escaped)
+        } else {
+            0
+        };
+        if n < escaped.len() {
+            self.push_rest(&escaped[n..], Feed::Json);
+        }
+    }
+
+    /// The general JSON decoder behind [`push_json`](Self::push_json): every
+    /// byte through the escape, UTF-8 and scanner state machines.
+    fn decode_json(&mut self, escaped: &[u8]) {
         let mut s = escaped;
         while let Some((&b, rest)) = s.split_first() {
             match self.escape {
@@ -123,16 +151,7 @@ impl MarkerTracker {
                     }
                 }
                 Escape::Backslash => {
-                    let decoded = match b {
-                        b'"' | b'\\' | b'/' => Some(b),
-                        b'b' => Some(0x08),
-                        b'f' => Some(0x0C),
-                        b'n' => Some(b'\n'),
-                        b'r' => Some(b'\r'),
-                        b't' => Some(b'\t'),
-                        _ => None,
-                    };
-                    if let Some(c) = decoded {
+                    if let Some(c) = simple_escape(b) {
                         self.escape = Escape::None;
                         self.flush_high();
                         self.scan.ascii(&[c]);
@@ -178,10 +197,96 @@ impl MarkerTracker {
     ///
     /// Never panics.
     pub fn push_text(&mut self, text: &[u8]) {
-        if self.finished {
+        if self.plain_text(text) || self.finished {
             return;
         }
-        self.raw(text);
+        let n = if self.text_idle {
+            self.text_run(text)
+        } else {
+            0
+        };
+        if n < text.len() {
+            self.push_rest(&text[n..], Feed::Text);
+        }
+    }
+
+    /// A piece that is not [`plain_text`](Self::plain_text): the fast path
+    /// ([`fast_prefix`](Self::fast_prefix)) as far as it goes, then from a
+    /// byte it does not handle, small steps through the general path, back
+    /// to the fast path after each.
+    ///
+    /// A step is one ASCII byte straight to the scanner when no escape,
+    /// surrogate or UTF-8 sequence is pending (what the general path does
+    /// with it), else a few bytes through the general decoder: an escape's
+    /// first two bytes, a whole UTF-8 sequence, or one byte. The decoders
+    /// are split-invariant, so where a step ends changes nothing but the
+    /// cost.
+    #[inline(never)]
+    fn push_rest(&mut self, mut s: &[u8], feed: Feed) {
+        loop {
+            s = &s[self.fast_prefix(s, feed)..];
+            if s.is_empty() {
+                break;
+            }
+            s = &s[self.general_step(s, feed)..];
+        }
+        self.text_idle = self.is_text_idle();
+    }
+
+    /// One step of [`push_rest`](Self::push_rest) through the general path
+    /// on non-empty `s`; returns the bytes consumed (at least 1).
+    #[inline(never)]
+    fn general_step(&mut self, s: &[u8], feed: Feed) -> usize {
+        let Some(&b) = s.first() else {
+            return 0;
+        };
+        let idle = matches!(self.escape, Escape::None) && self.high == 0 && self.utf8_len == 0;
+        if idle && b < 0x80 && (b != b'\\' || feed == Feed::Text) {
+            self.scan.byte(b);
+            return 1;
+        }
+        if let Some(c) = s
+            .get(1)
+            .filter(|_| idle && b == b'\\')
+            .and_then(|&e| simple_escape(e))
+        {
+            // What `decode_json` does with an escape such as `\n`.
+            self.scan.byte(c);
+            return 2;
+        }
+        let k = match b {
+            b'\\' => 2,
+            0x80.. => utf8_seq_len(s).unwrap_or(1),
+            _ => 1,
+        };
+        let (step, _) = s.split_at(k.min(s.len()));
+        match feed {
+            Feed::Json => self.decode_json(step),
+            Feed::Text => self.raw(step),
+        }
+        step.len()
+    }
+
+    /// [`push_json`](Self::push_json) without the fast path: the other
+    /// side of the fast-path differential (unit tests and fuzzing only).
+    #[cfg(any(test, fuzzing))]
+    #[doc(hidden)]
+    pub fn push_json_general(&mut self, escaped: &[u8]) {
+        if !self.finished {
+            self.text_idle = false;
+            self.decode_json(escaped);
+        }
+    }
+
+    /// [`push_text`](Self::push_text) without the fast path (unit tests and
+    /// fuzzing only).
+    #[cfg(any(test, fuzzing))]
+    #[doc(hidden)]
+    pub fn push_text_general(&mut self, text: &[u8]) {
+        if !self.finished {
+            self.text_idle = false;
+            self.raw(text);
+        }
     }
 
     /// Ends the content: a pending high surrogate, an unfinished escape and
@@ -197,6 +302,7 @@ impl MarkerTracker {
             return;
         }
         self.finished = true;
+        self.text_idle = false;
         if self.escape != Escape::None {
             self.invalid_escape();
         }
