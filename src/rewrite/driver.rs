@@ -69,6 +69,19 @@ pub trait Handler {
     fn sources_emitted(&self) -> bool;
     /// The handler's state for `Debug` output.
     fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>);
+    /// The fused path: recognises and fully handles as many whole events
+    /// at the start of `rest` (the unscanned rest of an input piece, at a
+    /// block start) as it can, and returns the bytes they take; they then
+    /// pass through unchanged, as one run of the piece, and the parser
+    /// skips them. Only blocks the parser would dispatch as events with
+    /// the same data qualify: each one `data:` line without CR or LF, an
+    /// LF, a blank LF line, at most `max_event` bytes before the blank
+    /// line. The default recognises none.
+    #[inline]
+    fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
+        let _ = (rest, max_event);
+        0
+    }
 }
 
 /// The output queue of a streaming rewriter. Frames passed through
@@ -95,7 +108,12 @@ impl Out {
             self.push(f.raw_bytes());
             return;
         };
-        let end = at + f.raw().len();
+        self.pass_span(piece, at, at + f.raw().len());
+    }
+
+    /// Forwards `piece[at..end]` unchanged.
+    #[inline]
+    pub(crate) fn pass_span(&mut self, piece: &Bytes, at: usize, end: usize) {
         if let Some(run) = &self.run {
             if run.as_ptr() == piece.as_ptr() && run.len() == piece.len() && self.run_end == at {
                 self.run_end = end;
@@ -169,6 +187,12 @@ impl<H> SseRewriter<H> {
 }
 
 impl<H: Handler> SseRewriter<H> {
+    /// The handler (for tests and fuzz targets).
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn handler_mut(&mut self) -> &mut H {
+        &mut self.h
+    }
+
     /// Queues an input piece (any size, split anywhere).
     pub fn feed(&mut self, chunk: Bytes) {
         if self.parser.absorb(&chunk) {
@@ -206,12 +230,42 @@ impl<H: Handler> SseRewriter<H> {
             if let Some(b) = self.h.out().pop() {
                 return Some(b);
             }
+            // The fused path: whole events the handler recognises in the
+            // piece go out without a parse.
+            let max = self.parser.max_event_size();
+            if let Some((piece, at)) = self.parser.clean_rest() {
+                let n = self.h.fast_events(&piece[at..], max);
+                if n > 0 {
+                    let out = self.h.out();
+                    // As dispatching these events would.
+                    out.swallow_line_end = false;
+                    if at + n < piece.len() || !out.is_empty() {
+                        out.pass_span(piece, at, at + n);
+                        self.parser.skip(n);
+                        continue;
+                    }
+                    // The rest of the piece, with nothing before it: out
+                    // right away (no run, no queue).
+                    let b = if at == 0 {
+                        piece.clone()
+                    } else {
+                        piece.slice(at..)
+                    };
+                    self.parser.skip(n);
+                    // Clean at the end of the piece: no rest means no input.
+                    self.idle = self.parser.clean_rest().is_none();
+                    return Some(b);
+                }
+            }
             match self.parser.next_frame_ref() {
                 Some(f) => Self::dispatch(&mut self.h, &f),
                 None => {
                     let out = self.h.out();
                     out.flush_run();
-                    return out.pop();
+                    let b = out.pop();
+                    // The parser needs input: nothing to do until `feed`.
+                    self.idle = out.is_empty();
+                    return b;
                 }
             }
         }

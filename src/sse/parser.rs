@@ -294,7 +294,6 @@ impl Parser {
     /// A caller that recognises whole events at the start of that rest may
     /// hand them out itself and [`skip`](Self::skip) them.
     #[inline]
-    #[allow(dead_code)] // until the fused path uses it
     pub(crate) fn clean_rest(&mut self) -> Option<(&Bytes, usize)> {
         let st = &mut self.st;
         if st.after_cr || st.discard || st.bom.is_some() || !st.partial.is_empty() {
@@ -323,7 +322,6 @@ impl Parser {
     /// line. Such blocks change no parser state (no `id`, no `retry`), so
     /// the parser is then exactly where dispatching them would leave it.
     #[inline]
-    #[allow(dead_code)] // until the fused path uses it
     pub(crate) fn skip(&mut self, n: usize) {
         let st = &mut self.st;
         debug_assert!(st.pos + n <= self.cur.len() && st.pos == st.start);
@@ -333,7 +331,6 @@ impl Parser {
 
     /// The configured event size limit ([`Config::max_event_size`]).
     #[inline]
-    #[allow(dead_code)] // until the fused path uses it
     pub(crate) fn max_event_size(&self) -> usize {
         self.st.max
     }
@@ -475,7 +472,9 @@ mod tests {
         assert!(p.clean_rest().is_none());
         assert!(matches!(p.next_frame(), Some(Frame::Event(_))));
         // Used up on a block boundary, a queued piece is next.
-        p.feed(Bytes::copy_from_slice(&[&ev[..], &ev[..], b"data: tail"].concat()));
+        p.feed(Bytes::copy_from_slice(
+            &[&ev[..], &ev[..], b"data: tail"].concat(),
+        ));
         let (piece, at) = p.clean_rest().expect("clean");
         assert_eq!((at, &piece[..ev.len()]), (0, &ev[..]));
         p.skip(2 * ev.len());

@@ -60,12 +60,13 @@ use crate::sources::Sources;
 use crate::sse::{self, Event, Frame, FrameKind, FrameRef, Parser};
 
 mod body;
+mod fused;
 pub(crate) mod scan;
 pub(crate) mod template;
 
 pub use body::rewrite_body;
 use scan::{ChoiceScan, ChunkScan, ENVELOPE, FastChoice, fast_scan, scan_chunk};
-use template::{ChunkTemplate, TEMPLATES};
+use template::{ChunkTemplate, Contents, TEMPLATES};
 
 #[derive(Clone, Debug)]
 struct ChoiceState {
@@ -140,6 +141,14 @@ pub struct ChatHandler {
     templates: [ChunkTemplate; TEMPLATES],
     /// The template slot to learn into next.
     next_template: usize,
+    /// The content bodies of the last template match.
+    found: Contents,
+    /// The template slot that matched last (tried first).
+    last_hit: usize,
+    /// Whether whole events are recognised in the input pieces
+    /// ([`Handler::fast_events`]); off only to test that path against the
+    /// parser's.
+    fused: bool,
 }
 
 impl ChatStream {
@@ -164,6 +173,9 @@ impl ChatStream {
                 holes: Vec::with_capacity(2),
                 templates: Default::default(),
                 next_template: 0,
+                found: Contents::default(),
+                last_hit: 0,
+                fused: true,
             },
         )
     }
@@ -192,6 +204,11 @@ impl Handler for ChatHandler {
         self.top_done
     }
 
+    #[inline]
+    fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
+        self.fused_events(rest, max_event)
+    }
+
     fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
         d.field("choices", &self.choices.len())
             .field("finished", &self.finished)
@@ -215,12 +232,14 @@ impl ChatHandler {
             return self.out.pass(f);
         }
         // The hot path: a chunk shaped like a recent one.
-        if let Some((index, content)) = self.templates.iter().find_map(|t| t.matches(d)) {
-            if let (Some(r), Some(st)) = (content, self.choice(index)) {
-                if !st.finished {
-                    st.tracker.push_json(&d[r]);
-                }
-            }
+        let raw = f.raw();
+        let found = &mut self.found;
+        let hit = self.templates.iter_mut().find_map(|t| {
+            let s = if t.framed { raw } else { d };
+            t.matches(s, found).then_some(s)
+        });
+        if let Some(s) = hit {
+            self.feed_contents(s);
             return self.out.pass(f);
         }
         let mut fast = std::mem::take(&mut self.fast);
@@ -241,18 +260,7 @@ impl ChatHandler {
                     }
                     finishing |= fc.finish;
                 }
-                if let [
-                    FastChoice {
-                        index: Some(i),
-                        content,
-                        finish: false,
-                    },
-                ] = &fast[..]
-                {
-                    let slot = self.next_template;
-                    self.next_template = (slot + 1) % TEMPLATES;
-                    self.templates[slot].learn(d, *i, content.as_ref(), &holes);
-                }
+                self.learn(f, &fast, &holes);
                 if finishing {
                     self.slow_path(f, true);
                 } else {
