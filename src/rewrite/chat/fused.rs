@@ -24,16 +24,38 @@ impl ChatHandler {
         self.fused = on;
     }
 
+    /// The parsed hot path: whether a template matches the event (`raw`,
+    /// its `data` `d`); its contents are then fed.
+    #[inline]
+    pub(super) fn template_hit(&mut self, raw: &[u8], d: &[u8]) -> bool {
+        for j in 0..TEMPLATES {
+            let k = (self.last_hit + j) % TEMPLATES;
+            let t = &mut self.templates[k];
+            let s = if t.framed { raw } else { d };
+            if t.matches(s, &mut self.found) {
+                self.last_hit = k;
+                self.feed_contents(s);
+                return true;
+            }
+        }
+        false
+    }
+
     /// Feeds the content bodies the last template match found in `s`
     /// (`self.found`).
     #[inline]
-    pub(super) fn feed_contents(&mut self, s: &[u8]) {
+    fn feed_contents(&mut self, s: &[u8]) {
         for k in 0..self.found.n {
             let (index, start, end) = self.found.at[k];
-            if let Some(st) = self.choice(index) {
-                if !st.finished {
-                    st.tracker.push_json(&s[start..end]);
-                }
+            let st = match self.choices.get_mut(index as usize) {
+                Some(st) => st,
+                None => match self.choice(index) {
+                    Some(st) => st,
+                    None => continue,
+                },
+            };
+            if !st.finished {
+                st.tracker.push_json(&s[start..end]);
             }
         }
     }
@@ -76,7 +98,9 @@ impl ChatHandler {
             for j in 0..TEMPLATES {
                 let k = (self.last_hit + j) % TEMPLATES;
                 let t = &mut self.templates[k];
-                if !t.framed {
+                // (A rest shorter than the literal text is the start of an
+                // event the next piece completes: the parser's.)
+                if !t.framed || ev.len() < t.literal_len() {
                     continue;
                 }
                 let Some(len) = t.matches_event(ev, &mut self.found) else {

@@ -232,14 +232,7 @@ impl ChatHandler {
             return self.out.pass(f);
         }
         // The hot path: a chunk shaped like a recent one.
-        let raw = f.raw();
-        let found = &mut self.found;
-        let hit = self.templates.iter_mut().find_map(|t| {
-            let s = if t.framed { raw } else { d };
-            t.matches(s, found).then_some(s)
-        });
-        if let Some(s) = hit {
-            self.feed_contents(s);
+        if self.template_hit(f.raw(), d) {
             return self.out.pass(f);
         }
         let mut fast = std::mem::take(&mut self.fast);

@@ -110,6 +110,12 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl ChunkTemplate {
+    /// The length of the literal text (a lower bound of a match's).
+    #[inline]
+    pub(crate) fn literal_len(&self) -> usize {
+        self.literal.len()
+    }
+
     /// Walks `s` from its start along the template: `Some(end)` when the
     /// literal segments and hole tokens match up to `end`; `hole` sees each
     /// hole's kind and token range.
