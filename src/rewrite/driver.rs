@@ -16,8 +16,18 @@
 //!
 //! ```text
 //!  feed(piece) ──► Parser ──FrameRef──► Handler::handle ──► Out ──► next_output()
+//!       │  clean block start: Parser::clean_rest        ▲
+//!       └──► Handler::fast_events ── whole events ──────┘ (Parser::skip)
 //!  finish()    ──► remaining frames, Handler::end, unterminated tail ──► Out
 //! ```
+//!
+//! The fused path: whenever the parser stands at a clean block start in a
+//! piece, the handler may recognise whole events at the start of the
+//! piece's rest ([`Handler::fast_events`]) and handle them without a parse;
+//! they go out as a run of the piece (or as the piece's rest itself when
+//! nothing is queued before them and they reach its end), and the parser
+//! skips them. The output is byte-identical to the parsed path's (the chat
+//! handler's tests and the `chat_split` fuzz target check it).
 //!
 //! A split CRLF (`\r` ending one piece, `\n` starting the next) after an
 //! event the handler re-framed with LF line ends is the one case where a

@@ -39,6 +39,9 @@
 //!
 //! * `scan.rs`: the chunk scanner (the fast scan and the full scan);
 //! * `template.rs`: the template learner (the hot path);
+//! * `fused.rs`: learning and matching templates for [`ChatHandler`], on
+//!   parsed events and on whole events in the input pieces (the fused
+//!   path, before the SSE parser);
 //! * `mod.rs` (here): [`ChatHandler`], what the stream does per chunk, and
 //!   the cold path of finish chunks;
 //! * `body.rs`: the whole-body rewriter.

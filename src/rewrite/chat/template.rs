@@ -109,6 +109,27 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
+/// The end of the JSON number token at `s[i]`: a plain integer without a
+/// leading zero (a running count) here, anything else by the JSON scanner.
+#[inline(always)]
+fn number_end(s: &[u8], i: usize) -> Option<usize> {
+    let digits = s
+        .get(i..)?
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let plain = digits > 0
+        && (s[i] != b'0' || digits == 1)
+        && !matches!(s.get(i + digits), Some(b'.' | b'e' | b'E') | None);
+    if plain {
+        return Some(i + digits);
+    }
+    if !matches!(s.get(i), Some(b'-' | b'0'..=b'9')) {
+        return None;
+    }
+    json::scan_number(s, i).ok()
+}
+
 impl ChunkTemplate {
     /// The length of the literal text (a lower bound of a match's).
     #[inline]
@@ -136,14 +157,11 @@ impl ChunkTemplate {
             }
             let h = self.holes[k];
             let start = pos;
-            if h == Hole::Num {
-                if !matches!(s.get(pos), Some(b'-' | b'0'..=b'9')) {
-                    return None;
-                }
-                pos = json::scan_number(s, pos).ok()?;
+            pos = if h == Hole::Num {
+                number_end(s, pos)?
             } else {
-                pos = json::scan_string(s, pos).ok()?.0;
-            }
+                json::scan_string(s, pos).ok()?.0
+            };
             hole(h, start..pos);
         }
         None
@@ -422,6 +440,18 @@ mod tests {
         let mut t = learned(CHUNK);
         t.learn(big.as_bytes(), 0, false, std::iter::empty(), &[]);
         assert!(!t.valid, "a failed learn forgets the old template");
+    }
+
+    #[test]
+    fn number_holes_end_where_the_json_scanner_says() {
+        for t in [
+            "0", "7", "12", "012", "-1", "-0.5", "1.5", "1e3", "1E+3", "0.25", "-", "1.", "a", "",
+        ] {
+            let s = format!("{t},");
+            let want = json::scan_number(s.as_bytes(), 0).ok();
+            assert_eq!(number_end(s.as_bytes(), 0), want, "{t}");
+        }
+        assert_eq!(number_end(b"12", 0), json::scan_number(b"12", 0).ok());
     }
 
     #[test]
