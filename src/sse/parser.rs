@@ -327,6 +327,13 @@ impl Parser {
         debug_assert!(st.pos + n <= self.cur.len() && st.pos == st.start);
         st.pos += n;
         st.start = st.pos;
+        if st.pos == self.cur.len() {
+            // Used up on a block boundary: let the piece go now (what the
+            // next scan would do), so the next one need not be queued.
+            self.cur = Bytes::new();
+            st.pos = 0;
+            st.start = 0;
+        }
     }
 
     /// The configured event size limit ([`Config::max_event_size`]).
