@@ -232,10 +232,18 @@ impl<H: Handler> SseRewriter<H> {
     /// out as one slice of it; everything a piece yields is out before
     /// `None` is returned, so nothing is held back.
     #[must_use]
+    #[inline]
     pub fn next_output(&mut self) -> Option<Bytes> {
+        // Inlined: a reader of tiny pieces asks after each one, and mostly
+        // there is nothing to do.
         if self.idle {
             return None;
         }
+        self.produce()
+    }
+
+    /// The work of [`next_output`](Self::next_output) when not idle.
+    fn produce(&mut self) -> Option<Bytes> {
         loop {
             if let Some(b) = self.h.out().pop() {
                 return Some(b);
