@@ -69,6 +69,8 @@ pub trait StreamRewriter {
 pub trait Handler {
     /// The rewriter's name in `Debug` output (`"ChatStream"`).
     const NAME: &'static str;
+    /// Whether the handler has a fused path ([`fast_events`](Self::fast_events)).
+    const FUSED: bool = false;
     /// Handles one frame lent by the parser, queueing output in `out()`.
     fn handle(&mut self, f: &FrameRef<'_>);
     /// The output queue.
@@ -87,6 +89,8 @@ pub trait Handler {
     /// the same data qualify: each one `data:` line without CR or LF, an
     /// LF, a blank LF line, at most `max_event` bytes before the blank
     /// line. The default recognises none.
+    ///
+    /// Called only when [`FUSED`](Self::FUSED) is set.
     #[inline]
     fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
         let _ = (rest, max_event);
@@ -251,7 +255,9 @@ impl<H: Handler> SseRewriter<H> {
             // The fused path: whole events the handler recognises in the
             // piece go out without a parse.
             let max = self.parser.max_event_size();
-            if let Some((piece, at)) = self.parser.clean_rest() {
+            if !H::FUSED {
+                // No fused path: straight to the parser.
+            } else if let Some((piece, at)) = self.parser.clean_rest() {
                 let n = self.h.fast_events(&piece[at..], max);
                 if n > 0 {
                     let out = self.h.out();
@@ -364,10 +370,23 @@ mod tests {
         out: Out,
         frames: usize,
         ended: usize,
+        fast: bool,
+        fast_frames: usize,
     }
 
     impl Handler for Echo {
         const NAME: &'static str = "Echo";
+        const FUSED: bool = true;
+        /// Recognises `data: a` events when `fast` is on.
+        fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
+            const A: &[u8] = b"data: a\n\n";
+            let mut n = 0;
+            while self.fast && rest[n..].starts_with(A) && A.len() - 1 <= max_event {
+                self.fast_frames += 1;
+                n += A.len();
+            }
+            n
+        }
         fn handle(&mut self, f: &FrameRef<'_>) {
             self.frames += 1;
             if f.kind() == FrameKind::Event && f.data() == b"x" {
@@ -410,6 +429,47 @@ mod tests {
         // A slice of the input, not a copy.
         assert_eq!(out[0].as_ptr(), piece.as_ptr());
         assert_eq!(r.h.frames, 3);
+    }
+
+    /// Events the fused path takes go out exactly as the parsed ones, in
+    /// order, under any split; a piece taken whole goes out as itself.
+    #[test]
+    fn the_fused_path_gives_the_parsed_output() {
+        let input: &[u8] =
+            b"data: a\n\ndata: a\n\n: c\n\ndata: a\n\ndata: x\r\rdata: a\n\ndata: a\r\n\r\ndata: a\n\ndata: b";
+        let run = |fast: bool, cuts: &[usize]| {
+            let mut r = echo();
+            r.h.fast = fast;
+            let mut out = Vec::new();
+            let mut at = 0;
+            for &c in cuts.iter().chain([&input.len()]) {
+                r.feed(Bytes::copy_from_slice(&input[at..c]));
+                at = c;
+                out.extend(drain(&mut r));
+            }
+            r.finish();
+            out.extend(drain(&mut r));
+            (out.concat(), r.h.fast_frames)
+        };
+        let (want, none) = run(false, &[]);
+        assert_eq!(none, 0);
+        for i in 0..=input.len() {
+            for j in i..=input.len() {
+                assert_eq!(run(true, &[i, j]).0, want, "cuts {i} {j}");
+            }
+        }
+        // The BOM is decided by the first frame; the rest is fused.
+        assert!(run(true, &[]).1 >= 3);
+        let mut r = echo();
+        r.h.fast = true;
+        r.feed(Bytes::from_static(b": start\n\n"));
+        assert_eq!(drain(&mut r).concat(), b": start\n\n");
+        let piece = Bytes::from_static(b"data: a\n\ndata: a\n\n");
+        r.feed(piece.clone());
+        let out = drain(&mut r);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].as_ptr(), piece.as_ptr(), "the piece itself");
+        assert_eq!(r.h.fast_frames, 2);
     }
 
     #[test]

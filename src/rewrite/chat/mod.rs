@@ -186,6 +186,7 @@ impl ChatStream {
 
 impl Handler for ChatHandler {
     const NAME: &'static str = "ChatStream";
+    const FUSED: bool = true;
 
     #[inline]
     fn handle(&mut self, f: &FrameRef<'_>) {
