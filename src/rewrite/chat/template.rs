@@ -144,18 +144,14 @@ impl ChunkTemplate {
     fn walk(&self, s: &[u8], mut hole: impl FnMut(Hole, Range<usize>)) -> Option<usize> {
         let mut pos = 0;
         let mut lit = 0;
-        let last = self.holes.len();
-        for (k, &end) in self.seg_ends.iter().enumerate() {
+        // Segment k, then hole k; the last segment runs to the end.
+        for (&h, &end) in self.holes.iter().zip(&self.seg_ends) {
             let seg = self.literal.get(lit..end)?;
             if !same(s.get(pos..pos + seg.len())?, seg) {
                 return None;
             }
             pos += seg.len();
             lit = end;
-            if k == last {
-                return Some(pos);
-            }
-            let h = self.holes[k];
             let start = pos;
             pos = if h == Hole::Num {
                 number_end(s, pos)?
@@ -164,7 +160,8 @@ impl ChunkTemplate {
             };
             hole(h, start..pos);
         }
-        None
+        let seg = self.literal.get(lit..)?;
+        same(s.get(pos..pos + seg.len())?, seg).then_some(pos + seg.len())
     }
 
     /// Matches the whole of `s` (the chunk's data, or the raw event for a
