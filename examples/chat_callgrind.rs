@@ -8,7 +8,7 @@
 //!   endpoint: chat | messages
 //!   impl:     citestream | naive | conventional (chat only)
 //!   input:    openai_obfuscation_4000 | openai_4000 | openai_n3_4000 |
-//!             perplexity_4000 | fixtures (chat)
+//!             openai_n3_packed_4000 | perplexity_4000 | fixtures (chat)
 //!             anthropic_4000 | fixtures (messages)
 //!   read:     piece size in bytes, `event` (one read per event) or `whole`
 //!   repeat:   run this many times (default 1; for `perf record`)
@@ -46,6 +46,7 @@ fn main() {
         ("chat", "openai_obfuscation_4000") => vec![chat::chat_stream(4000, true)],
         ("chat", "openai_4000") => vec![chat::chat_stream(4000, false)],
         ("chat", "openai_n3_4000") => vec![chat::chat_stream_n3(4000)],
+        ("chat", "openai_n3_packed_4000") => vec![chat::chat_stream_n3_packed(4000)],
         ("chat", "perplexity_4000") => vec![chat::perplexity_stream(4000)],
         ("chat", "fixtures") => chat::fixtures(false).into_iter().map(|f| f.1).collect(),
         ("messages", "anthropic_4000") => vec![chat::messages_stream(4000)],

@@ -45,24 +45,96 @@ pub fn full_scan(d: &[u8]) -> Result<Vec<ChoiceRead>, Invalid> {
 }
 
 /// Learns a chunk template from `learn` the way the chat rewriter does
-/// (only from a chunk the fast scan reads as one choice without a finish)
-/// and matches `candidate` against it: `None` when no template was learned
-/// or `candidate` does not match, else what the template read of
-/// `candidate` (one choice: its index, content, no finish).
+/// (only from a chunk the fast scan reads with at most four choices, none
+/// finishing, every index a `u32`) and matches each of `candidates` against
+/// it in turn (the first match refines the template). Per candidate:
+/// `None` when no template was learned or it does not match, else what the
+/// template read of it (the learned choices: index, content, no finish).
+///
+/// `framed`: learn from and match `data: ` + the JSON + `\n\n` events
+/// (when `learn` holds no CR or LF), each candidate event followed by
+/// another event in the same piece, as the fused path sees them.
 #[must_use]
-pub fn template_match(learn: &[u8], candidate: &[u8]) -> Option<ChoiceRead> {
+pub fn template_match(
+    learn: &[u8],
+    candidates: &[&[u8]],
+    framed: bool,
+) -> Vec<Option<Vec<ChoiceRead>>> {
+    use crate::rewrite::chat::template::{ChunkTemplate, Contents, MAX_CONTENTS};
     let mut out = Vec::new();
     let mut holes = Vec::new();
-    if !crate::rewrite::chat::scan::fast_scan(learn, &mut out, &mut holes).ok()? {
-        return None;
+    let none = vec![None; candidates.len()];
+    if !matches!(
+        crate::rewrite::chat::scan::fast_scan(learn, &mut out, &mut holes),
+        Ok(true)
+    ) || out.len() > MAX_CONTENTS
+        || out.iter().any(|c| c.finish || c.index.is_none())
+    {
+        return none;
     }
-    let [c] = &out[..] else { return None };
-    let index = c.index?;
-    if c.finish {
-        return None;
-    }
-    let mut t = crate::rewrite::chat::template::ChunkTemplate::default();
-    t.learn(learn, index, c.content.as_ref(), &holes);
-    let (index, content) = t.matches(candidate)?;
-    Some((Some(index), content, false))
+    let framed = framed && !learn.iter().any(|&b| b == b'\n' || b == b'\r');
+    let frame = |d: &[u8]| [&b"data: "[..], d, b"\n\n"].concat();
+    let sample = if framed { frame(learn) } else { learn.to_vec() };
+    let at = if framed { 6 } else { 0 };
+    let mut t = ChunkTemplate::default();
+    let contents = out
+        .iter()
+        .filter_map(|c| Some((c.index?, c.content.clone()?)));
+    t.learn(&sample, at, framed, contents, &holes);
+    candidates
+        .iter()
+        .map(|&c| {
+            let mut contents = Contents::default();
+            let shift = if framed {
+                let ev = frame(c);
+                let piece = [&ev[..], b"data: [DONE]\n\n"].concat();
+                let end = t.matches_event(&piece, &mut contents)?;
+                // A match is one `data:` line without CR or LF and a blank
+                // line: the whole event unless `c` held a line end (then
+                // the events the parser sees differ from `c`).
+                let line = &piece[..end - 2];
+                assert!(
+                    !line.iter().any(|&b| b == b'\n' || b == b'\r')
+                        && piece[end - 2..end] == *b"\n\n",
+                    "a framed match is one data line and a blank line"
+                );
+                if c.iter().any(|&b| b == b'\n' || b == b'\r') {
+                    return None;
+                }
+                assert_eq!(end, ev.len(), "a framed match ends with its event");
+                6
+            } else {
+                if !t.matches(c, &mut contents) {
+                    return None;
+                }
+                0
+            };
+            let mut found = contents.iter();
+            Some(
+                out.iter()
+                    .map(|l| {
+                        let content = l.content.as_ref().and_then(|_| {
+                            let (i, r) = found.next()?;
+                            assert_eq!(Some(i), l.index);
+                            Some(r.start - shift..r.end - shift)
+                        });
+                        (l.index, content, false)
+                    })
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// A [`ChatStream`](crate::ChatStream) with the fused path (whole events
+/// recognised in the input pieces before the SSE parser) switched off: its
+/// output must be byte-identical to the default one's.
+#[must_use]
+pub fn chat_stream_unfused(
+    sources: std::sync::Arc<crate::Sources>,
+    opts: crate::RewriteOptions,
+) -> crate::ChatStream {
+    let mut rw = crate::ChatStream::new(sources, opts);
+    rw.handler_mut().set_fused(false);
+    rw
 }

@@ -218,6 +218,45 @@ pub(crate) fn chat_stream_n3(events: usize) -> Vec<u8> {
     out
 }
 
+/// [`chat_stream_n3`]'s stream with the three choices packed into ONE
+/// chunk each time (as some OpenAI-compatible servers send `n` > 1): a role
+/// chunk, `events` chunks each carrying a content token for choices 0, 1
+/// and 2, a finish chunk for all three, `[DONE]`.
+pub(crate) fn chat_stream_n3_packed(events: usize) -> Vec<u8> {
+    let head = r#"data: {"id":"chatcmpl-AY3rM0dJ9sVq2ZkT7wXpLb4NcHe81","object":"chat.completion.chunk","created":1732900000,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_7f6be3efb0","choices":["#;
+    let mut rng = Lcg::new(0xC17E);
+    let mut out = Vec::with_capacity(events * 400 + 1024);
+    let chunk = |out: &mut Vec<u8>, choice: &dyn Fn(usize) -> String| {
+        out.extend_from_slice(head.as_bytes());
+        for i in 0..3 {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(choice(i).as_bytes());
+        }
+        out.extend_from_slice(b"]}\n\n");
+    };
+    chunk(&mut out, &|i| {
+        format!(
+            r#"{{"index":{i},"delta":{{"role":"assistant","content":"","refusal":null}},"logprobs":null,"finish_reason":null}}"#
+        )
+    });
+    for _ in 0..events {
+        let toks = [token(&mut rng), token(&mut rng), token(&mut rng)];
+        chunk(&mut out, &|i| {
+            format!(
+                r#"{{"index":{i},"delta":{{"content":"{}"}},"logprobs":null,"finish_reason":null}}"#,
+                toks[i]
+            )
+        });
+    }
+    chunk(&mut out, &|i| {
+        format!(r#"{{"index":{i},"delta":{{}},"logprobs":null,"finish_reason":"stop"}}"#)
+    });
+    out.extend_from_slice(b"data: [DONE]\n\n");
+    out
+}
+
 /// A Perplexity-style stream (the shape of
 /// `tests/fixtures/upstream/perplexity_sonar_citations.sse`): every chunk
 /// carries a running `usage` (its numbers change every time) and the

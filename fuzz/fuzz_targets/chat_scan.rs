@@ -17,9 +17,10 @@
 //!    bytes and on two generated chunks: the fast scan (the hot path)
 //!    accepts exactly what the full scan accepts and reads the same
 //!    choices (index, content, finish) unless it defers (escaped key); a
-//!    chunk template learned from one chunk accepts another only if both
-//!    scans read it as the template says (one choice, its content in the
-//!    content hole, no finish).
+//!    chunk template learned from one chunk (framed as an event or not)
+//!    accepts another only if both scans read it as the template says (the
+//!    learned choices, their contents in the content holes, no finish),
+//!    also after its first match turned constant holes into literal text.
 #![no_main]
 
 use std::sync::Arc;
@@ -547,16 +548,20 @@ fn fast_vs_full(d: &[u8]) {
     }
 }
 
-/// Part 3b: a template learned from `learn` accepts `candidate` only if
-/// both scans read `candidate` as the template does.
-fn template_vs_scans(learn: &[u8], candidate: &[u8]) {
-    let Some(read) = fuzzing::template_match(learn, candidate) else {
-        return;
-    };
-    let full = fuzzing::full_scan(candidate).expect("a template accepted invalid JSON");
-    assert_eq!(full, [read.clone()], "template and full scan read differently");
-    if let Some(fast) = fuzzing::fast_scan(candidate).expect("valid") {
-        assert_eq!(fast, [read], "template and fast scan read differently");
+/// Part 3b: a template learned from `learn` (framed as an event or not)
+/// accepts a candidate only if both scans read it as the template does,
+/// also after its first match turned constant holes into literal text.
+fn template_vs_scans(learn: &[u8], candidates: &[&[u8]]) {
+    for framed in [false, true] {
+        let reads = fuzzing::template_match(learn, candidates, framed);
+        for (candidate, read) in candidates.iter().zip(reads) {
+            let Some(read) = read else { continue };
+            let full = fuzzing::full_scan(candidate).expect("a template accepted invalid JSON");
+            assert_eq!(full, read, "template and full scan read differently");
+            if let Some(fast) = fuzzing::fast_scan(candidate).expect("valid") {
+                assert_eq!(fast, read, "template and fast scan read differently");
+            }
+        }
     }
 }
 
@@ -574,9 +579,11 @@ fuzz_target!(|case: Case| {
     }
     fast_vs_full(w.out.as_bytes());
     fast_vs_full(other.as_bytes());
-    template_vs_scans(w.out.as_bytes(), other.as_bytes());
-    template_vs_scans(w.out.as_bytes(), &case.raw);
-    template_vs_scans(w.out.as_bytes(), w.out.as_bytes());
+    template_vs_scans(
+        w.out.as_bytes(),
+        &[other.as_bytes(), &case.raw, w.out.as_bytes(), other.as_bytes()],
+    );
+    template_vs_scans(w.out.as_bytes(), &[w.out.as_bytes(), other.as_bytes()]);
     if std::env::var_os("CHAT_SCAN_DEBUG").is_some() {
         eprintln!("chunk: {}", w.out);
     }

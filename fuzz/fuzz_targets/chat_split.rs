@@ -1,4 +1,5 @@
-//! `ChatStream` gives the same output whatever the chunking: one shot,
+//! `ChatStream` gives the same output whatever the chunking, with and
+//! without the fused path (events recognised in the input pieces): one shot,
 //! split at arbitrary points, one byte at a time, as slices the caller
 //! keeps (`feed_slice`, the small-read path), and fed whole then
 //! finished before draining. Raw bytes or a chat-shaped stream built from
@@ -46,6 +47,9 @@ fuzz_target!(|case: Case| {
     let new = || ChatStream::new(sources.clone(), o.rewrite_options());
 
     let whole = chat_ref::drive(&mut new(), &[&input]);
+    // The fused path (events recognised in the pieces) against the parser
+    // + handler alone, on the same pieces.
+    let unfused = || citestream::fuzzing::chat_stream_unfused(sources.clone(), o.rewrite_options());
     let mut cuts: Vec<usize> = case
         .cuts
         .iter()
@@ -54,6 +58,8 @@ fuzz_target!(|case: Case| {
     cuts.sort_unstable();
     let split = chat_ref::drive(&mut new(), &chat_ref::split_at(&input, &cuts));
     assert!(split == whole, "split at {cuts:?} differs");
+    let plain = chat_ref::drive(&mut unfused(), &chat_ref::split_at(&input, &cuts));
+    assert!(plain == whole, "the fused path differs at {cuts:?}");
     let mixed = chat_ref::drive_mixed(&mut new(), &chat_ref::split_at(&input, &cuts), &case.drain);
     assert!(mixed == whole, "draining {:?} differs", case.drain);
     if input.len() <= 4096 {

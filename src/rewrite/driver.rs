@@ -16,8 +16,18 @@
 //!
 //! ```text
 //!  feed(piece) ──► Parser ──FrameRef──► Handler::handle ──► Out ──► next_output()
+//!       │  clean block start: Parser::clean_rest        ▲
+//!       └──► Handler::fast_events ── whole events ──────┘ (Parser::skip)
 //!  finish()    ──► remaining frames, Handler::end, unterminated tail ──► Out
 //! ```
+//!
+//! The fused path: whenever the parser stands at a clean block start in a
+//! piece, the handler may recognise whole events at the start of the
+//! piece's rest ([`Handler::fast_events`]) and handle them without a parse;
+//! they go out as a run of the piece (or as the piece's rest itself when
+//! nothing is queued before them and they reach its end), and the parser
+//! skips them. The output is byte-identical to the parsed path's (the chat
+//! handler's tests and the `chat_split` fuzz target check it).
 //!
 //! A split CRLF (`\r` ending one piece, `\n` starting the next) after an
 //! event the handler re-framed with LF line ends is the one case where a
@@ -59,6 +69,8 @@ pub trait StreamRewriter {
 pub trait Handler {
     /// The rewriter's name in `Debug` output (`"ChatStream"`).
     const NAME: &'static str;
+    /// Whether the handler has a fused path ([`fast_events`](Self::fast_events)).
+    const FUSED: bool = false;
     /// Handles one frame lent by the parser, queueing output in `out()`.
     fn handle(&mut self, f: &FrameRef<'_>);
     /// The output queue.
@@ -69,6 +81,21 @@ pub trait Handler {
     fn sources_emitted(&self) -> bool;
     /// The handler's state for `Debug` output.
     fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>);
+    /// The fused path: recognises and fully handles as many whole events
+    /// at the start of `rest` (the unscanned rest of an input piece, at a
+    /// block start) as it can, and returns the bytes they take; they then
+    /// pass through unchanged, as one run of the piece, and the parser
+    /// skips them. Only blocks the parser would dispatch as events with
+    /// the same data qualify: each one `data:` line without CR or LF, an
+    /// LF, a blank LF line, at most `max_event` bytes before the blank
+    /// line. The default recognises none.
+    ///
+    /// Called only when [`FUSED`](Self::FUSED) is set.
+    #[inline]
+    fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
+        let _ = (rest, max_event);
+        0
+    }
 }
 
 /// The output queue of a streaming rewriter. Frames passed through
@@ -95,7 +122,12 @@ impl Out {
             self.push(f.raw_bytes());
             return;
         };
-        let end = at + f.raw().len();
+        self.pass_span(piece, at, at + f.raw().len());
+    }
+
+    /// Forwards `piece[at..end]` unchanged.
+    #[inline]
+    pub(crate) fn pass_span(&mut self, piece: &Bytes, at: usize, end: usize) {
         if let Some(run) = &self.run {
             if run.as_ptr() == piece.as_ptr() && run.len() == piece.len() && self.run_end == at {
                 self.run_end = end;
@@ -169,6 +201,12 @@ impl<H> SseRewriter<H> {
 }
 
 impl<H: Handler> SseRewriter<H> {
+    /// The handler (for tests and fuzz targets).
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn handler_mut(&mut self) -> &mut H {
+        &mut self.h
+    }
+
     /// Queues an input piece (any size, split anywhere).
     pub fn feed(&mut self, chunk: Bytes) {
         if self.parser.absorb(&chunk) {
@@ -198,20 +236,60 @@ impl<H: Handler> SseRewriter<H> {
     /// out as one slice of it; everything a piece yields is out before
     /// `None` is returned, so nothing is held back.
     #[must_use]
+    #[inline]
     pub fn next_output(&mut self) -> Option<Bytes> {
+        // Inlined: a reader of tiny pieces asks after each one, and mostly
+        // there is nothing to do.
         if self.idle {
             return None;
         }
+        self.produce()
+    }
+
+    /// The work of [`next_output`](Self::next_output) when not idle.
+    fn produce(&mut self) -> Option<Bytes> {
         loop {
             if let Some(b) = self.h.out().pop() {
                 return Some(b);
+            }
+            // The fused path: whole events the handler recognises in the
+            // piece go out without a parse.
+            let max = self.parser.max_event_size();
+            if !H::FUSED {
+                // No fused path: straight to the parser.
+            } else if let Some((piece, at)) = self.parser.clean_rest() {
+                let n = self.h.fast_events(&piece[at..], max);
+                if n > 0 {
+                    let out = self.h.out();
+                    // As dispatching these events would.
+                    out.swallow_line_end = false;
+                    if at + n < piece.len() || !out.is_empty() {
+                        out.pass_span(piece, at, at + n);
+                        self.parser.skip(n);
+                        continue;
+                    }
+                    // The rest of the piece, with nothing before it: out
+                    // right away (no run, no queue).
+                    let b = if at == 0 {
+                        piece.clone()
+                    } else {
+                        piece.slice(at..)
+                    };
+                    self.parser.skip(n);
+                    // Clean at the end of the piece: no rest means no input.
+                    self.idle = self.parser.clean_rest().is_none();
+                    return Some(b);
+                }
             }
             match self.parser.next_frame_ref() {
                 Some(f) => Self::dispatch(&mut self.h, &f),
                 None => {
                     let out = self.h.out();
                     out.flush_run();
-                    return out.pop();
+                    let b = out.pop();
+                    // The parser needs input: nothing to do until `feed`.
+                    self.idle = out.is_empty();
+                    return b;
                 }
             }
         }
@@ -292,10 +370,23 @@ mod tests {
         out: Out,
         frames: usize,
         ended: usize,
+        fast: bool,
+        fast_frames: usize,
     }
 
     impl Handler for Echo {
         const NAME: &'static str = "Echo";
+        const FUSED: bool = true;
+        /// Recognises `data: a` events when `fast` is on.
+        fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
+            const A: &[u8] = b"data: a\n\n";
+            let mut n = 0;
+            while self.fast && rest[n..].starts_with(A) && A.len() - 1 <= max_event {
+                self.fast_frames += 1;
+                n += A.len();
+            }
+            n
+        }
         fn handle(&mut self, f: &FrameRef<'_>) {
             self.frames += 1;
             if f.kind() == FrameKind::Event && f.data() == b"x" {
@@ -338,6 +429,47 @@ mod tests {
         // A slice of the input, not a copy.
         assert_eq!(out[0].as_ptr(), piece.as_ptr());
         assert_eq!(r.h.frames, 3);
+    }
+
+    /// Events the fused path takes go out exactly as the parsed ones, in
+    /// order, under any split; a piece taken whole goes out as itself.
+    #[test]
+    fn the_fused_path_gives_the_parsed_output() {
+        let input: &[u8] =
+            b"data: a\n\ndata: a\n\n: c\n\ndata: a\n\ndata: x\r\rdata: a\n\ndata: a\r\n\r\ndata: a\n\ndata: b";
+        let run = |fast: bool, cuts: &[usize]| {
+            let mut r = echo();
+            r.h.fast = fast;
+            let mut out = Vec::new();
+            let mut at = 0;
+            for &c in cuts.iter().chain([&input.len()]) {
+                r.feed(Bytes::copy_from_slice(&input[at..c]));
+                at = c;
+                out.extend(drain(&mut r));
+            }
+            r.finish();
+            out.extend(drain(&mut r));
+            (out.concat(), r.h.fast_frames)
+        };
+        let (want, none) = run(false, &[]);
+        assert_eq!(none, 0);
+        for i in 0..=input.len() {
+            for j in i..=input.len() {
+                assert_eq!(run(true, &[i, j]).0, want, "cuts {i} {j}");
+            }
+        }
+        // The BOM is decided by the first frame; the rest is fused.
+        assert!(run(true, &[]).1 >= 3);
+        let mut r = echo();
+        r.h.fast = true;
+        r.feed(Bytes::from_static(b": start\n\n"));
+        assert_eq!(drain(&mut r).concat(), b": start\n\n");
+        let piece = Bytes::from_static(b"data: a\n\ndata: a\n\n");
+        r.feed(piece.clone());
+        let out = drain(&mut r);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].as_ptr(), piece.as_ptr(), "the piece itself");
+        assert_eq!(r.h.fast_frames, 2);
     }
 
     #[test]

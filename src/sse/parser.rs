@@ -296,7 +296,6 @@ impl Parser {
     /// A caller that recognises whole events at the start of that rest may
     /// hand them out itself and [`skip`](Self::skip) them.
     #[inline]
-    #[allow(dead_code)] // until the fused path uses it
     pub(crate) fn clean_rest(&mut self) -> Option<(&Bytes, usize)> {
         let st = &mut self.st;
         if st.after_cr || st.discard || st.bom.is_some() || !st.partial.is_empty() {
@@ -325,17 +324,22 @@ impl Parser {
     /// line. Such blocks change no parser state (no `id`, no `retry`), so
     /// the parser is then exactly where dispatching them would leave it.
     #[inline]
-    #[allow(dead_code)] // until the fused path uses it
     pub(crate) fn skip(&mut self, n: usize) {
         let st = &mut self.st;
         debug_assert!(st.pos + n <= self.cur.len() && st.pos == st.start);
         st.pos += n;
         st.start = st.pos;
+        if st.pos == self.cur.len() {
+            // Used up on a block boundary: let the piece go now (what the
+            // next scan would do), so the next one need not be queued.
+            self.cur = Bytes::new();
+            st.pos = 0;
+            st.start = 0;
+        }
     }
 
     /// The configured event size limit ([`Config::max_event_size`]).
     #[inline]
-    #[allow(dead_code)] // until the fused path uses it
     pub(crate) fn max_event_size(&self) -> usize {
         self.st.max
     }

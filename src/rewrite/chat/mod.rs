@@ -39,6 +39,9 @@
 //!
 //! * `scan.rs`: the chunk scanner (the fast scan and the full scan);
 //! * `template.rs`: the template learner (the hot path);
+//! * `fused.rs`: learning and matching templates for [`ChatHandler`], on
+//!   parsed events and on whole events in the input pieces (the fused
+//!   path, before the SSE parser);
 //! * `mod.rs` (here): [`ChatHandler`], what the stream does per chunk, and
 //!   the cold path of finish chunks;
 //! * `body.rs`: the whole-body rewriter.
@@ -60,12 +63,13 @@ use crate::sources::{Sources, decimal};
 use crate::sse::{self, Event, Frame, FrameKind, FrameRef, Parser};
 
 mod body;
+mod fused;
 pub(crate) mod scan;
 pub(crate) mod template;
 
 pub use body::rewrite_body;
 use scan::{ChoiceScan, ChunkScan, ENVELOPE, FastChoice, fast_scan, scan_chunk};
-use template::{ChunkTemplate, TEMPLATES};
+use template::{ChunkTemplate, Contents, TEMPLATES};
 
 #[derive(Clone, Debug)]
 struct ChoiceState {
@@ -140,6 +144,14 @@ pub struct ChatHandler {
     templates: [ChunkTemplate; TEMPLATES],
     /// The template slot to learn into next.
     next_template: usize,
+    /// The content bodies of the last template match.
+    found: Contents,
+    /// The template slot that matched last (tried first).
+    last_hit: usize,
+    /// Whether whole events are recognised in the input pieces
+    /// ([`Handler::fast_events`]); off only to test that path against the
+    /// parser's.
+    fused: bool,
 }
 
 impl ChatStream {
@@ -164,6 +176,9 @@ impl ChatStream {
                 holes: Vec::with_capacity(2),
                 templates: Default::default(),
                 next_template: 0,
+                found: Contents::default(),
+                last_hit: 0,
+                fused: true,
             },
         )
     }
@@ -171,6 +186,7 @@ impl ChatStream {
 
 impl Handler for ChatHandler {
     const NAME: &'static str = "ChatStream";
+    const FUSED: bool = true;
 
     #[inline]
     fn handle(&mut self, f: &FrameRef<'_>) {
@@ -190,6 +206,11 @@ impl Handler for ChatHandler {
 
     fn sources_emitted(&self) -> bool {
         self.top_done
+    }
+
+    #[inline]
+    fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
+        self.fused_events(rest, max_event)
     }
 
     fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
@@ -215,12 +236,7 @@ impl ChatHandler {
             return self.out.pass(f);
         }
         // The hot path: a chunk shaped like a recent one.
-        if let Some((index, content)) = self.templates.iter().find_map(|t| t.matches(d)) {
-            if let (Some(r), Some(st)) = (content, self.choice(index)) {
-                if !st.finished {
-                    st.tracker.push_json(&d[r]);
-                }
-            }
+        if self.template_hit(f.raw(), d) {
             return self.out.pass(f);
         }
         let mut fast = std::mem::take(&mut self.fast);
@@ -241,18 +257,7 @@ impl ChatHandler {
                     }
                     finishing |= fc.finish;
                 }
-                if let [
-                    FastChoice {
-                        index: Some(i),
-                        content,
-                        finish: false,
-                    },
-                ] = &fast[..]
-                {
-                    let slot = self.next_template;
-                    self.next_template = (slot + 1) % TEMPLATES;
-                    self.templates[slot].learn(d, *i, content.as_ref(), &holes);
-                }
+                self.learn(f, &fast, &holes);
                 if finishing {
                     self.slow_path(f, true);
                 } else {

@@ -1,6 +1,14 @@
 //! The template learner: the shape of a recent chunk, so that the next
 //! chunks of the same shape are recognised with a few comparisons instead
 //! of a scan (the hot path of [`ChatStream`](crate::ChatStream)).
+//!
+//! A template learned from an event whose raw bytes are exactly `data: `
+//! (or `data:`) + the chunk's JSON + `\n\n` is *framed*: its first literal
+//! segment starts with that prefix and its last ends with `}\n\n`, so it
+//! recognises whole events directly in an input piece, before the SSE
+//! parser sees them (the fused path, [`ChunkTemplate::matches_event`]).
+//! Any other event gives an unframed template, matched against the
+//! event's data.
 
 use std::ops::Range;
 
@@ -13,118 +21,282 @@ pub(crate) const MAX_TEMPLATE: usize = 4096;
 /// alternate in some streams; `n` > 1 interleaves choices).
 pub(crate) const TEMPLATES: usize = 4;
 
+/// Most content holes (choices with content) in one template.
+pub(crate) const MAX_CONTENTS: usize = 4;
+
+/// Most holes in one template.
+const MAX_HOLES: usize = 32;
+
+/// What a hole of a template holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Hole {
+    /// Any JSON string.
+    #[default]
+    Str,
+    /// Any JSON number.
+    Num,
+    /// The `delta.content` string of the choice with this index.
+    Content(u32),
+}
+
+/// The content bodies a match found: (choice index, raw body range).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Contents {
+    pub(crate) n: usize,
+    pub(crate) at: [(u32, usize, usize); MAX_CONTENTS],
+}
+
+impl Contents {
+    /// Each content hole: the choice index and the raw body's range.
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, Range<usize>)> + '_ {
+        self.at[..self.n].iter().map(|&(i, s, e)| (i, s..e))
+    }
+}
+
 /// The shape of a recent chunk without a finish, learned so the next ones
 /// can be checked with a few comparisons instead of a full scan.
 ///
 /// Chunks of one stream are nearly identical: the same `id`, `model`,
-/// `created`, keys and punctuation; only string and number values vary
-/// (the content, reasoning text, `obfuscation` padding, a running `usage`).
-/// A template is the learned chunk cut at those tokens ("holes"): the
-/// strings and numbers of the delta and of the choice (not its `index`),
-/// and the top-level ones other than the envelope's. A chunk made of the same literal segments with a valid JSON
-/// token of the same kind (string or number) in each hole parses exactly
-/// like the chunk the template was learned from, except for those values:
-/// it is valid JSON with one choice, the learned index, without
-/// `finish_reason`, its content (if the template has a content hole) in
-/// that hole.
+/// `created`, keys and punctuation; only some string and number values
+/// vary (the content, reasoning text, `obfuscation` padding, a running
+/// `usage`). A template is the learned chunk cut at those tokens
+/// ("holes"): the content of each choice, and the strings and numbers of
+/// the delta, of the choice (not its `index`) and the top-level ones other
+/// than the envelope's. A fresh template is on *probation*: the first
+/// chunk it matches turns every hole (but the contents) whose token is the
+/// same in both chunks into literal text, so constant values (Perplexity's
+/// `citations`, a `role`) cost a comparison, not a scan; a later chunk
+/// where such a value changes is a miss and teaches a new template.
+///
+/// A chunk made of the same literal segments with a valid JSON token of
+/// the same kind (string or number) in each hole parses exactly like the
+/// chunk the template was learned from, except for those values: it is
+/// valid JSON with the learned choices (indexes), none with a
+/// `finish_reason` string, each choice's content (if it has a content
+/// hole) in that hole. A string hole never holds a byte below 0x20, so a
+/// framed match is one `data:` line without CR or LF, then a blank line.
 /// Anything else takes the full scan.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ChunkTemplate {
     /// The literal segments, concatenated.
-    pub(crate) literal: Vec<u8>,
-    /// End of each segment in `literal`; holes lie between segments.
-    pub(crate) seg_ends: Vec<usize>,
-    /// Per hole: a string (else a number).
-    pub(crate) strings: Vec<bool>,
-    pub(crate) content_hole: Option<usize>,
-    pub(crate) index: u32,
-    pub(crate) valid: bool,
+    literal: Vec<u8>,
+    /// End of each segment in `literal`; hole `k` lies between segments
+    /// `k` and `k + 1`.
+    seg_ends: Vec<usize>,
+    holes: Vec<Hole>,
+    /// Learned from `data: ` + JSON + `\n\n`: matched against raw events.
+    pub(crate) framed: bool,
+    /// The chunk learned from and its hole tokens, while on probation.
+    sample: Vec<u8>,
+    sample_holes: Vec<Range<usize>>,
+    probation: bool,
+    valid: bool,
+}
+
+/// Whether `a == b` for slices of equal length, without a library call
+/// for the short ones (most literal segments are a few bytes).
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    let w8 = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().unwrap_or([0; 8]));
+    let w4 = |s: &[u8], i: usize| u32::from_le_bytes(s[i..i + 4].try_into().unwrap_or([0; 4]));
+    match n {
+        17.. => a == b,
+        8.. => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
+        4.. => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
+        _ => a.iter().zip(b).all(|(x, y)| x == y),
+    }
+}
+
+/// The end of the JSON number token at `s[i]`: a plain integer without a
+/// leading zero (a running count) here, anything else by the JSON scanner.
+#[inline(always)]
+fn number_end(s: &[u8], i: usize) -> Option<usize> {
+    let digits = s
+        .get(i..)?
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let plain = digits > 0
+        && (s[i] != b'0' || digits == 1)
+        && !matches!(s.get(i + digits), Some(b'.' | b'e' | b'E') | None);
+    if plain {
+        return Some(i + digits);
+    }
+    if !matches!(s.get(i), Some(b'-' | b'0'..=b'9')) {
+        return None;
+    }
+    json::scan_number(s, i).ok()
 }
 
 impl ChunkTemplate {
-    /// `Some((index, content))` if `d` matches: the choice index and the
-    /// content's raw body, when the template has a content hole.
+    /// The length of the literal text (a lower bound of a match's).
     #[inline]
-    pub(crate) fn matches(&self, d: &[u8]) -> Option<(u32, Option<Range<usize>>)> {
-        if !self.valid {
-            return None;
-        }
+    pub(crate) fn literal_len(&self) -> usize {
+        self.literal.len()
+    }
+
+    /// Walks `s` from its start along the template: `Some(end)` when the
+    /// literal segments and hole tokens match up to `end`; `hole` sees each
+    /// hole's kind and token range.
+    #[inline(always)]
+    fn walk(&self, s: &[u8], mut hole: impl FnMut(Hole, Range<usize>)) -> Option<usize> {
         let mut pos = 0;
         let mut lit = 0;
-        let mut content = None;
-        let last = self.seg_ends.len() - 1;
-        for (h, &end) in self.seg_ends.iter().enumerate() {
-            let seg = &self.literal[lit..end];
-            if !d.get(pos..)?.starts_with(seg) {
+        // Segment k, then hole k; the last segment runs to the end.
+        for (&h, &end) in self.holes.iter().zip(&self.seg_ends) {
+            let seg = self.literal.get(lit..end)?;
+            if !same(s.get(pos..pos + seg.len())?, seg) {
                 return None;
             }
             pos += seg.len();
             lit = end;
-            if h == last {
-                return (pos == d.len()).then_some((self.index, content));
-            }
-            if self.strings[h] {
-                let (s_end, _) = json::scan_string(d, pos).ok()?;
-                if Some(h) == self.content_hole {
-                    content = Some(pos + 1..s_end - 1);
-                }
-                pos = s_end;
+            let start = pos;
+            pos = if h == Hole::Num {
+                number_end(s, pos)?
             } else {
-                if !matches!(d.get(pos), Some(b'-' | b'0'..=b'9')) {
-                    return None;
-                }
-                pos = json::scan_number(d, pos).ok()?;
-            }
+                json::scan_string(s, pos).ok()?.0
+            };
+            hole(h, start..pos);
         }
-        None
+        let seg = self.literal.get(lit..)?;
+        same(s.get(pos..pos + seg.len())?, seg).then_some(pos + seg.len())
     }
 
-    /// Learns from a chunk the fast scan found to have one choice (`index`)
-    /// and no finish: `content` is the content's raw body, `holes` the
-    /// other varying string and number tokens.
+    /// Matches the whole of `s` (the chunk's data, or the raw event for a
+    /// framed template), its content bodies into `c`.
+    #[inline]
+    pub(crate) fn matches(&mut self, s: &[u8], c: &mut Contents) -> bool {
+        if self.walk_contents(s, c) != Some(s.len()) {
+            return false;
+        }
+        if self.probation {
+            self.refine(s);
+        }
+        true
+    }
+
+    /// Matches a framed template at the start of `s` (an input piece's
+    /// rest): the event's length, its content bodies into `c`.
+    #[inline]
+    pub(crate) fn matches_event(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
+        let end = self.walk_contents(s, c)?;
+        if self.probation {
+            self.refine(&s[..end]);
+        }
+        Some(end)
+    }
+
+    #[inline(always)]
+    fn walk_contents(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
+        if !self.valid {
+            return None;
+        }
+        c.n = 0;
+        self.walk(s, |h, r| {
+            if let Hole::Content(i) = h {
+                if let Some(slot) = c.at.get_mut(c.n) {
+                    *slot = (i, r.start + 1, r.end - 1);
+                    c.n += 1;
+                }
+            }
+        })
+    }
+
+    /// The first match of a fresh template: the holes (but contents) whose
+    /// token is the same as in the sample become literal text.
+    #[cold]
+    fn refine(&mut self, s: &[u8]) {
+        self.probation = false;
+        let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
+        let mut n = 0;
+        let mut k = 0;
+        let sample = std::mem::take(&mut self.sample);
+        let sample_holes = std::mem::take(&mut self.sample_holes);
+        let walked = self.walk(s, |h, r| {
+            let learned = sample_holes.get(k).and_then(|t| sample.get(t.clone()));
+            let keep = matches!(h, Hole::Content(_)) || learned != s.get(r.clone());
+            if keep && n < MAX_HOLES {
+                cuts[n] = (r, h);
+                n += 1;
+            }
+            k += 1;
+        });
+        if walked == Some(s.len()) {
+            self.build(s, &cuts[..n]);
+        }
+        self.sample = sample;
+        self.sample_holes = sample_holes;
+    }
+
+    /// Learns from a chunk the fast scan read as choices `contents` (index,
+    /// raw content body; all without a finish) with the other varying
+    /// string and number tokens `holes`. `s` is the event's raw bytes
+    /// when `framed` (the data then starts at `at`), else the data.
     pub(crate) fn learn(
         &mut self,
-        d: &[u8],
-        index: u32,
-        content: Option<&Range<usize>>,
+        s: &[u8],
+        at: usize,
+        framed: bool,
+        contents: impl Iterator<Item = (u32, Range<usize>)>,
         holes: &[Range<usize>],
     ) {
-        const MAX_HOLES: usize = 32;
         self.valid = false;
-        if d.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES {
+        if s.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES - MAX_CONTENTS {
             return;
         }
-        let content_tok = content.map(|c| c.start - 1..c.end + 1);
-        let mut cuts: [Range<usize>; MAX_HOLES] = Default::default();
-        cuts[..holes.len()].clone_from_slice(holes);
-        let mut n = holes.len();
-        if let Some(t) = &content_tok {
-            cuts[n] = t.clone();
+        let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
+        let mut n = 0;
+        for h in holes {
+            let kind = if s[at + h.start] == b'"' {
+                Hole::Str
+            } else {
+                Hole::Num
+            };
+            cuts[n] = (at + h.start..at + h.end, kind);
+            n += 1;
+        }
+        for (i, c) in contents {
+            if n - holes.len() == MAX_CONTENTS {
+                return;
+            }
+            cuts[n] = (at + c.start - 1..at + c.end + 1, Hole::Content(i));
             n += 1;
         }
         let cuts = &mut cuts[..n];
-        cuts.sort_by_key(|r| r.start);
+        cuts.sort_by_key(|c| c.0.start);
+        self.framed = framed;
+        if !self.build(s, cuts) {
+            return;
+        }
+        self.sample.clear();
+        self.sample.extend_from_slice(s);
+        self.sample_holes.clear();
+        self.sample_holes.extend(cuts.iter().map(|c| c.0.clone()));
+        self.probation = true;
+    }
+
+    /// Cuts `s` at the sorted, disjoint token ranges `cuts`.
+    fn build(&mut self, s: &[u8], cuts: &[(Range<usize>, Hole)]) -> bool {
+        self.valid = false;
         self.literal.clear();
         self.seg_ends.clear();
-        self.strings.clear();
-        self.content_hole = None;
+        self.holes.clear();
         let mut at = 0;
-        for (k, h) in cuts.iter().enumerate() {
-            if h.start < at {
-                return;
+        for (r, h) in cuts {
+            if r.start < at {
+                return false;
             }
-            self.literal.extend_from_slice(&d[at..h.start]);
+            self.literal.extend_from_slice(&s[at..r.start]);
             self.seg_ends.push(self.literal.len());
-            self.strings.push(d[h.start] == b'"');
-            if Some(h) == content_tok.as_ref() {
-                self.content_hole = Some(k);
-            }
-            at = h.end;
+            self.holes.push(*h);
+            at = r.end;
         }
-        self.literal.extend_from_slice(&d[at..]);
+        self.literal.extend_from_slice(&s[at..]);
         self.seg_ends.push(self.literal.len());
-        self.index = index;
         self.valid = true;
+        true
     }
 }
 
@@ -137,36 +309,62 @@ mod tests {
     fn learned(d: &str) -> ChunkTemplate {
         let (mut cs, mut holes) = (Vec::new(), Vec::new());
         assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes).unwrap());
-        let [c] = &cs[..] else { panic!("one choice") };
         let mut t = ChunkTemplate::default();
-        t.learn(d.as_bytes(), c.index.unwrap(), c.content.as_ref(), &holes);
+        let contents = cs
+            .iter()
+            .filter_map(|c| Some((c.index.unwrap(), c.content.clone()?)));
+        t.learn(d.as_bytes(), 0, false, contents, &holes);
         t
     }
 
-    fn content<'d>(t: &ChunkTemplate, d: &'d str) -> Option<Option<&'d str>> {
-        Some(t.matches(d.as_bytes())?.1.map(|r| &d[r]))
+    fn content<'d>(t: &mut ChunkTemplate, d: &'d str) -> Option<Vec<(u32, &'d str)>> {
+        let mut c = Contents::default();
+        t.matches(d.as_bytes(), &mut c)
+            .then(|| c.iter().map(|(i, r)| (i, &d[r])).collect())
     }
 
     const CHUNK: &str = r#"{"id":"c1","choices":[{"index":2,"delta":{"content":"Hi"},"finish_reason":null}],"obfuscation":"ab"}"#;
 
     #[test]
     fn matches_chunks_of_the_same_shape() {
-        let t = learned(CHUNK);
+        let mut t = learned(CHUNK);
         assert!(t.valid);
-        assert_eq!(t.index, 2);
         // Holes: the content, the obfuscation.
-        assert_eq!(t.seg_ends.len(), 3);
-        assert_eq!(t.strings, [true, true]);
-        assert_eq!(content(&t, CHUNK), Some(Some("Hi")));
+        assert_eq!(t.holes, [Hole::Content(2), Hole::Str]);
         let other = CHUNK
             .replace("Hi", r#"a \"[1]\" \u00e9"#)
             .replace("ab", "xyz");
-        assert_eq!(content(&t, &other), Some(Some(r#"a \"[1]\" \u00e9"#)));
+        assert_eq!(
+            content(&mut t, &other),
+            Some(vec![(2, r#"a \"[1]\" \u00e9"#)])
+        );
+        assert_eq!(t.holes, [Hole::Content(2), Hole::Str], "obfuscation varies");
+        assert_eq!(content(&mut t, CHUNK), Some(vec![(2, "Hi")]));
+    }
+
+    #[test]
+    fn constant_holes_become_literal_on_the_first_match() {
+        let mut t = learned(CHUNK);
+        assert_eq!(
+            content(&mut t, &CHUNK.replace("Hi", "Ho")),
+            Some(vec![(2, "Ho")])
+        );
+        assert_eq!(t.holes, [Hole::Content(2)]);
+        assert_eq!(content(&mut t, &CHUNK.replace("ab", "abc")), None);
+        assert_eq!(content(&mut t, CHUNK), Some(vec![(2, "Hi")]));
+    }
+
+    #[test]
+    fn several_choices_in_one_chunk() {
+        let d = r#"{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{}},{"index":2,"delta":{"content":"c"}}]}"#;
+        let mut t = learned(d);
+        assert_eq!(t.holes, [Hole::Content(0), Hole::Content(2)]);
+        let other = d.replace("\"a\"", "\"x[1]\"");
+        assert_eq!(content(&mut t, &other), Some(vec![(0, "x[1]"), (2, "c")]));
     }
 
     #[test]
     fn anything_else_is_no_match() {
-        let t = learned(CHUNK);
         for d in [
             CHUNK.replace("c1", "c2"),
             CHUNK.replace("null", r#""stop""#),
@@ -177,20 +375,19 @@ mod tests {
             CHUNK[..CHUNK.len() - 1].to_owned(),
             String::new(),
         ] {
-            assert_eq!(content(&t, &d), None, "{d:?}");
+            assert_eq!(content(&mut learned(CHUNK), &d), None, "{d:?}");
         }
-        assert_eq!(content(&ChunkTemplate::default(), CHUNK), None);
+        assert_eq!(content(&mut ChunkTemplate::default(), CHUNK), None);
     }
 
     #[test]
     fn numbers_are_holes_but_not_the_index() {
         let d = r#"{"id":"p","created":5,"choices":[{"index":1,"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":7,"total_tokens":10,"cost":0.25}}"#;
-        let t = learned(d);
         let other = d
             .replace(":7,", ":17,")
             .replace(":10,", ":20,")
             .replace("0.25", "-1.5e-3");
-        assert_eq!(t.matches(other.as_bytes()).map(|m| m.0), Some(1));
+        assert_eq!(content(&mut learned(d), &other), Some(vec![(1, "a")]));
         for bad in [
             d.replace(r#""index":1"#, r#""index":2"#),
             d.replace(r#""index":1"#, r#""index":1.5"#),
@@ -198,16 +395,39 @@ mod tests {
             d.replace(":7,", ":07,"),
             d.replace(r#""created":5"#, r#""created":6"#),
         ] {
-            assert_eq!(t.matches(bad.as_bytes()), None, "{bad}");
+            assert_eq!(content(&mut learned(d), &bad), None, "{bad}");
         }
     }
 
     #[test]
     fn a_chunk_without_content_has_no_content_hole() {
         let d = r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#;
-        let t = learned(d);
-        assert_eq!(t.content_hole, None);
-        assert_eq!(content(&t, &d.replace("assistant", "tool")), Some(None));
+        let mut t = learned(d);
+        assert_eq!(t.holes, [Hole::Str]);
+        assert_eq!(
+            content(&mut t, &d.replace("assistant", "tool")),
+            Some(vec![])
+        );
+    }
+
+    #[test]
+    fn framed_templates_match_events_at_the_start_of_a_piece() {
+        let ev = format!("data: {CHUNK}\n\n");
+        let (mut cs, mut holes) = (Vec::new(), Vec::new());
+        assert!(fast_scan(CHUNK.as_bytes(), &mut cs, &mut holes).unwrap());
+        let mut t = ChunkTemplate::default();
+        let contents = cs.iter().map(|c| (2, c.content.clone().unwrap()));
+        t.learn(ev.as_bytes(), 6, true, contents, &holes);
+        let piece = format!("{}data: [DONE]\n\n", ev.replace("Hi", "Yo"));
+        let mut c = Contents::default();
+        let end = t.matches_event(piece.as_bytes(), &mut c).unwrap();
+        assert_eq!(end, ev.len());
+        assert_eq!(c.iter().map(|(_, r)| &piece[r]).collect::<Vec<_>>(), ["Yo"]);
+        for bad in [ev.replace("Hi", "H\ri"), ev.replace("\n\n", "\r\n\r\n")] {
+            assert!(t.matches_event(bad.as_bytes(), &mut c).is_none(), "{bad:?}");
+        }
+        let cut = &ev.as_bytes()[..ev.len() - 1];
+        assert!(t.matches_event(cut, &mut c).is_none());
     }
 
     #[test]
@@ -215,7 +435,32 @@ mod tests {
         let big = CHUNK.replace("Hi", &"x".repeat(MAX_TEMPLATE));
         assert!(!learned(&big).valid);
         let mut t = learned(CHUNK);
-        t.learn(big.as_bytes(), 0, None, &[]);
+        t.learn(big.as_bytes(), 0, false, std::iter::empty(), &[]);
         assert!(!t.valid, "a failed learn forgets the old template");
+    }
+
+    #[test]
+    fn number_holes_end_where_the_json_scanner_says() {
+        for t in [
+            "0", "7", "12", "012", "-1", "-0.5", "1.5", "1e3", "1E+3", "0.25", "-", "1.", "a", "",
+        ] {
+            let s = format!("{t},");
+            let want = json::scan_number(s.as_bytes(), 0).ok();
+            assert_eq!(number_end(s.as_bytes(), 0), want, "{t}");
+        }
+        assert_eq!(number_end(b"12", 0), json::scan_number(b"12", 0).ok());
+    }
+
+    #[test]
+    fn short_segments_compare_like_slices() {
+        let a: Vec<u8> = (0..40u8).collect();
+        for n in 0..40 {
+            for flip in 0..n {
+                let mut b = a[..n].to_vec();
+                assert!(same(&a[..n], &b));
+                b[flip] ^= 1;
+                assert!(!same(&a[..n], &b), "{n} {flip}");
+            }
+        }
     }
 }

@@ -1,0 +1,281 @@
+//! The fused path of [`ChatStream`](crate::ChatStream): the template
+//! hooks of [`ChatHandler`] (feeding a match's contents, learning a
+//! template from a chunk the fast scan read), shared by the parsed hot
+//! path ([`ChatHandler::event`]) and the fused one
+//! ([`Handler::fast_events`](crate::rewrite::driver::Handler::fast_events)),
+//! which recognises whole events in an input piece before the SSE parser
+//! sees them.
+//!
+//! Both give the same output as the parser + full scan would (the tests
+//! below and the `chat_split` fuzz target compare the two with the fused
+//! path switched off).
+
+use std::ops::Range;
+
+use super::ChatHandler;
+use super::scan::FastChoice;
+use super::template::{MAX_CONTENTS, TEMPLATES};
+use crate::sse::FrameRef;
+
+impl ChatHandler {
+    /// Switches the fused path on or off (for the differential tests).
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn set_fused(&mut self, on: bool) {
+        self.fused = on;
+    }
+
+    /// The parsed hot path: whether a template matches the event (`raw`,
+    /// its `data` `d`); its contents are then fed.
+    #[inline]
+    pub(super) fn template_hit(&mut self, raw: &[u8], d: &[u8]) -> bool {
+        for j in 0..TEMPLATES {
+            let k = (self.last_hit + j) % TEMPLATES;
+            let t = &mut self.templates[k];
+            let s = if t.framed { raw } else { d };
+            if t.matches(s, &mut self.found) {
+                self.last_hit = k;
+                self.feed_contents(s);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Feeds the content bodies the last template match found in `s`
+    /// (`self.found`).
+    #[inline]
+    fn feed_contents(&mut self, s: &[u8]) {
+        for k in 0..self.found.n {
+            let (index, start, end) = self.found.at[k];
+            let st = match self.choices.get_mut(index as usize) {
+                Some(st) => st,
+                None => match self.choice(index) {
+                    Some(st) => st,
+                    None => continue,
+                },
+            };
+            if !st.finished {
+                st.tracker.push_json(&s[start..end]);
+            }
+        }
+    }
+
+    /// Learns a template from a chunk the fast scan read as `fast` (with
+    /// the varying tokens `holes`), when no choice finishes in it and every
+    /// index is a `u32`: framed when the event is exactly `data: ` + the
+    /// data + `\n\n`.
+    pub(super) fn learn(&mut self, f: &FrameRef<'_>, fast: &[FastChoice], holes: &[Range<usize>]) {
+        if fast.len() > MAX_CONTENTS || fast.iter().any(|c| c.finish || c.index.is_none()) {
+            return;
+        }
+        let (raw, d) = (f.raw(), f.data());
+        let at = f.data_range().map_or(0, |r| r.start);
+        let framed = matches!(at, 5 | 6)
+            && raw.len() == at + d.len() + 2
+            && raw.starts_with(&b"data: "[..at])
+            && raw.ends_with(b"\n\n");
+        let (s, at) = if framed { (raw, at) } else { (d, 0) };
+        let contents = fast
+            .iter()
+            .filter_map(|c| Some((c.index?, c.content.clone()?)));
+        let slot = self.next_template;
+        self.next_template = (slot + 1) % TEMPLATES;
+        self.templates[slot].learn(s, at, framed, contents, holes);
+    }
+
+    /// The fused path: whole events at the start of `rest` that a framed
+    /// template matches (chunks without a finish, shaped like recent
+    /// ones) have their contents fed to the trackers and pass through, as
+    /// [`event`](ChatHandler::event) would handle them after a parse.
+    #[inline]
+    pub(super) fn fused_events(&mut self, rest: &[u8], max_event: usize) -> usize {
+        if !self.fused {
+            return 0;
+        }
+        let mut pos = 0;
+        'events: while pos < rest.len() {
+            let ev = &rest[pos..];
+            for j in 0..TEMPLATES {
+                let k = (self.last_hit + j) % TEMPLATES;
+                let t = &mut self.templates[k];
+                // (A rest shorter than the literal text is the start of an
+                // event the next piece completes: the parser's.)
+                if !t.framed || ev.len() < t.literal_len() {
+                    continue;
+                }
+                let Some(len) = t.matches_event(ev, &mut self.found) else {
+                    continue;
+                };
+                // The parser's limit: the bytes before the blank line.
+                if len - 1 > max_event {
+                    break 'events;
+                }
+                self.last_hit = k;
+                self.feed_contents(ev);
+                pos += len;
+                continue 'events;
+            }
+            break;
+        }
+        pos
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
+    use crate::sources::Sources;
+    use crate::{ChatStream, RewriteOptions};
+
+    fn rewriter(fused: bool) -> ChatStream {
+        let sources = Sources::from_json(
+            br#"[{"title":"A","url":"https://a/"},{"title":"B","url":"https://b/"},{"title":"C","url":"https://c/"}]"#,
+        )
+        .expect("sources");
+        let mut rw = ChatStream::new(Arc::new(sources), RewriteOptions::new());
+        rw.handler_mut().set_fused(fused);
+        rw
+    }
+
+    /// The output for `input` cut at `cuts` (sorted offsets).
+    fn run(fused: bool, input: &[u8], cuts: &[usize]) -> Vec<u8> {
+        let mut rw = rewriter(fused);
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &c in cuts.iter().chain([&input.len()]) {
+            rw.feed(Bytes::copy_from_slice(&input[at..c]));
+            at = c;
+            while let Some(b) = rw.next_output() {
+                out.extend_from_slice(&b);
+            }
+        }
+        rw.finish();
+        while let Some(b) = rw.next_output() {
+            out.extend_from_slice(&b);
+        }
+        out
+    }
+
+    /// Chat fixtures (recorded upstream streams) and a few shapes of our own.
+    fn inputs() -> Vec<(String, Vec<u8>)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream");
+        let mut all: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+            .expect("fixtures")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "sse"))
+            .filter(|p| {
+                !p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("anthropic_")
+            })
+            .map(|p| (p.display().to_string(), std::fs::read(&p).expect("fixture")))
+            .collect();
+        all.sort();
+        let chunk = |i: usize, c: &str| {
+            format!(
+                "data: {{\"id\":\"x\",\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{c}\"}},\"finish_reason\":null}}],\"usage\":{{\"n\":{}}}}}\n\n",
+                c.len()
+            )
+        };
+        let packed = |c: &str| {
+            format!(
+                "data: {{\"id\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{c}\"}}}},{{\"index\":1,\"delta\":{{\"content\":\"{c}\"}}}},{{\"index\":2,\"delta\":{{}}}}]}}\n\n"
+            )
+        };
+        let words = [
+            "a [1]",
+            "b",
+            " [2] c",
+            "`[3]`",
+            "d\\n",
+            "e [1][2]",
+            "f\\u00e9 [3]",
+        ];
+        let mut own = String::new();
+        for (k, w) in words.iter().cycle().take(40).enumerate() {
+            own.push_str(&chunk(k % 2, w));
+            own.push_str(&packed(w));
+            if k % 9 == 4 {
+                own.push_str(": keep-alive\n\ndata:");
+                own.push_str(&chunk(0, w)[5..]);
+                own.push_str(&chunk(1, w).replace("\n\n", "\r\n\r\n"));
+            }
+        }
+        own.push_str("data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
+        own.push_str("data: {\"id\":\"x\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"z [1]\"},\"finish_reason\":\"stop\"}]}\n\n");
+        own.push_str("data: {\"id\":\"x\",\"choices\":[{\"index\":2,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+        all.push(("own".into(), own.into_bytes()));
+        all
+    }
+
+    /// The fused path changes no byte of the output: every fixture cut at
+    /// every byte into two pieces (the first 2 KiB; then every 7th byte),
+    /// at event boundaries, and into random pieces.
+    #[test]
+    fn fused_and_parsed_outputs_are_identical() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for (name, input) in inputs() {
+            let want = run(false, &input, &[]);
+            assert_eq!(run(true, &input, &[]), want, "{name}: whole");
+            let step = if cfg!(miri) { 97 } else { 1 };
+            for i in (0..=input.len()).step_by(step) {
+                if i > 2048 && i % 7 != 0 {
+                    continue;
+                }
+                assert_eq!(run(true, &input, &[i]), want, "{name}: cut at {i}");
+            }
+            let events: Vec<usize> = input
+                .windows(2)
+                .enumerate()
+                .filter(|(_, w)| w == b"\n\n")
+                .map(|(i, _)| i + 2)
+                .collect();
+            assert_eq!(run(true, &input, &events), want, "{name}: event reads");
+            for _ in 0..20 {
+                let mut cuts: Vec<usize> = (0..rand(40)).map(|_| rand(input.len() + 1)).collect();
+                cuts.sort_unstable();
+                assert_eq!(run(true, &input, &cuts), want, "{name}: cuts {cuts:?}");
+            }
+        }
+    }
+
+    /// The fused path does take the events it can: most chunks of the
+    /// stream go through it.
+    #[test]
+    fn the_fused_path_recognises_repeated_chunks() {
+        let mut rw = rewriter(true);
+        let ev = |c: &str| {
+            format!(
+                "data: {{\"id\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{c}\"}}}}]}}\n\n"
+            )
+        };
+        let input = [ev("a"), ev("b [1]"), ev("c"), ev("d")].concat();
+        let (max, h) = (crate::sse::DEFAULT_MAX_EVENT_SIZE, rw.handler_mut());
+        assert_eq!(
+            h.fused_events(input.as_bytes(), max),
+            0,
+            "nothing learned yet"
+        );
+        rw.feed(Bytes::from(input.clone()));
+        let out: Vec<Bytes> = std::iter::from_fn(|| rw.next_output()).collect();
+        assert_eq!(out.concat(), input.as_bytes());
+        let more = [ev("e"), ev("f")].concat();
+        let h = rw.handler_mut();
+        assert_eq!(h.fused_events(more.as_bytes(), max), more.len());
+        assert_eq!(
+            h.fused_events(more.as_bytes(), 10),
+            0,
+            "over the size limit"
+        );
+    }
+}
