@@ -270,14 +270,11 @@ impl<H: Handler> SseRewriter<H> {
                     }
                     // The rest of the piece, with nothing before it: out
                     // right away (no run, no queue).
-                    let b = if at == 0 {
-                        piece.clone()
-                    } else {
-                        piece.slice(at..)
-                    };
-                    self.parser.skip(n);
-                    // Clean at the end of the piece: no rest means no input.
-                    self.idle = self.parser.clean_rest().is_none();
+                    // (Moved out of the parser, not cloned.)
+                    let b = self.parser.skip_rest();
+                    // Clean at the end of the piece: no queued piece means
+                    // no input.
+                    self.idle = !self.parser.has_queued();
                     return Some(b);
                 }
             }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use bytes::{BufMut, Bytes};
+use bytes::{Buf, BufMut, Bytes};
 
 /// Default for [`Config::max_event_size`]: 1 MiB.
 pub const DEFAULT_MAX_EVENT_SIZE: usize = 1 << 20;
@@ -224,16 +224,19 @@ impl Parser {
     /// Empty pieces count as absorbed.
     #[inline]
     pub(crate) fn absorb(&mut self, piece: &[u8]) -> bool {
+        let n = piece.len();
+        if n > 16 {
+            // (The common read: declined before anything else is looked at.)
+            return false;
+        }
         let st = &mut self.st;
         // Let go of the last gathered frame, so the gathering buffer can be
         // reused once the caller has dropped its copy.
         st.release_owned();
-        let n = piece.len();
         if n == 0 {
             return true;
         }
-        if n > 16
-            || st.start < self.cur.len()
+        if st.start < self.cur.len()
             || !st.queue.is_empty()
             || st.after_cr
             || st.discard
@@ -295,8 +298,20 @@ impl Parser {
     ///
     /// A caller that recognises whole events at the start of that rest may
     /// hand them out itself and [`skip`](Self::skip) them.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn clean_rest(&mut self) -> Option<(&Bytes, usize)> {
+        // The common case (a rest at a block start, nothing held, no
+        // gathered frame to let go of) is a few field tests, inlined; the
+        // rest out of line.
+        if self.st.clean_at(self.cur.len()) {
+            return Some((&self.cur, self.st.pos));
+        }
+        self.clean_rest_slow()
+    }
+
+    /// [`clean_rest`](Self::clean_rest) when its inlined test fails.
+    #[inline(never)]
+    fn clean_rest_slow(&mut self) -> Option<(&Bytes, usize)> {
         let st = &mut self.st;
         if st.after_cr || st.discard || st.bom.is_some() || !st.partial.is_empty() {
             return None;
@@ -336,6 +351,30 @@ impl Parser {
             st.pos = 0;
             st.start = 0;
         }
+    }
+
+    /// [`skip`](Self::skip) of the whole rest of the current piece, whose
+    /// skipped bytes are returned: the piece itself when the rest is all of
+    /// it (moved out, no reference count), else the piece advanced to the
+    /// rest. The caller guarantees what `skip` requires of them.
+    #[inline]
+    pub(crate) fn skip_rest(&mut self) -> Bytes {
+        let st = &mut self.st;
+        debug_assert!(st.pos < self.cur.len() && st.pos == st.start);
+        let at = st.pos;
+        st.pos = 0;
+        st.start = 0;
+        let mut rest = std::mem::take(&mut self.cur);
+        if at > 0 {
+            rest.advance(at);
+        }
+        rest
+    }
+
+    /// Whether pieces are queued after the current one.
+    #[inline]
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.st.queue.is_empty()
     }
 
     /// The configured event size limit ([`Config::max_event_size`]).

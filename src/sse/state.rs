@@ -36,6 +36,14 @@ use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
 use super::parser::BOM;
 
+/// The gathering buffer grows in steps of this many bytes (see
+/// `State::make_room`).
+const GATHER_CAPACITY: usize = 2048;
+
+/// Room a gather start leaves beyond the bytes it gathers, for the rest of
+/// a typical event.
+const GATHER_SLACK: usize = 512;
+
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
 pub(super) struct Found {
@@ -168,6 +176,22 @@ impl State {
         self.partial.len() + i - self.start
     }
 
+    /// At a block start at `pos` in a current piece of `len` bytes with
+    /// a rest, nothing held or pending and no gathered frame to let go of:
+    /// what [`Parser::clean_rest`](super::Parser::clean_rest) tests first.
+    #[inline(always)]
+    pub(super) fn clean_at(&self, len: usize) -> bool {
+        self.pos < len
+            && self.pos == self.start
+            && self.line_start == 0
+            && !self.after_cr
+            && !self.discard
+            && self.bom.is_none()
+            && self.partial.is_empty()
+            && self.owned.is_empty()
+            && self.joined.is_empty()
+    }
+
     #[inline]
     pub(super) fn release_owned(&mut self) {
         if !self.owned.is_empty() {
@@ -213,10 +237,29 @@ impl State {
             return false;
         }
         if self.start < len {
-            self.partial.extend_from_slice(&cur[self.start..]);
+            let rest = &cur[self.start..];
+            if self.partial.is_empty() {
+                self.make_room(rest.len());
+            }
+            self.partial.extend_from_slice(rest);
             self.start = len;
         }
         true
+    }
+
+    /// Before gathering a block that starts with `n` bytes: room for them
+    /// and a line's worth more ([`GATHER_SLACK`]), taken in
+    /// [`GATHER_CAPACITY`] steps so the buffer is reclaimed (or, when a
+    /// caller still holds earlier gathered frames, reallocated) once per
+    /// several spanning events, not once per event. Every gathered frame is
+    /// split off the front of that room, so the bytes allocated stay close
+    /// to the bytes gathered either way.
+    #[inline]
+    fn make_room(&mut self, n: usize) {
+        let want = n + GATHER_SLACK;
+        if self.partial.capacity() < want {
+            self.partial.reserve(want.max(GATHER_CAPACITY));
+        }
     }
 
     /// [`advance`](Self::advance)'s general loop.
