@@ -222,13 +222,17 @@ impl Parser {
     /// `next_frame` would gather it. Returns whether it was; then no frame
     /// can be ready ([`next_frame`](Self::next_frame) would return `None`).
     /// Empty pieces count as absorbed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn absorb(&mut self, piece: &[u8]) -> bool {
+        // The common read is declined inline, before anything else is
+        // looked at (no call).
+        piece.len() <= 16 && self.absorb_small(piece)
+    }
+
+    /// [`absorb`](Self::absorb) of a piece of at most 16 bytes.
+    #[inline(never)]
+    fn absorb_small(&mut self, piece: &[u8]) -> bool {
         let n = piece.len();
-        if n > 16 {
-            // (The common read: declined before anything else is looked at.)
-            return false;
-        }
         let st = &mut self.st;
         // Let go of the last gathered frame, so the gathering buffer can be
         // reused once the caller has dropped its copy.

@@ -36,14 +36,6 @@ use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
 use super::parser::BOM;
 
-/// The gathering buffer grows in steps of this many bytes (see
-/// `State::make_room`).
-const GATHER_CAPACITY: usize = 2048;
-
-/// Room a gather start leaves beyond the bytes it gathers, for the rest of
-/// a typical event.
-const GATHER_SLACK: usize = 512;
-
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
 pub(super) struct Found {
@@ -237,29 +229,10 @@ impl State {
             return false;
         }
         if self.start < len {
-            let rest = &cur[self.start..];
-            if self.partial.is_empty() {
-                self.make_room(rest.len());
-            }
-            self.partial.extend_from_slice(rest);
+            self.partial.extend_from_slice(&cur[self.start..]);
             self.start = len;
         }
         true
-    }
-
-    /// Before gathering a block that starts with `n` bytes: room for them
-    /// and a line's worth more ([`GATHER_SLACK`]), taken in
-    /// [`GATHER_CAPACITY`] steps so the buffer is reclaimed (or, when a
-    /// caller still holds earlier gathered frames, reallocated) once per
-    /// several spanning events, not once per event. Every gathered frame is
-    /// split off the front of that room, so the bytes allocated stay close
-    /// to the bytes gathered either way.
-    #[inline]
-    fn make_room(&mut self, n: usize) {
-        let want = n + GATHER_SLACK;
-        if self.partial.capacity() < want {
-            self.partial.reserve(want.max(GATHER_CAPACITY));
-        }
     }
 
     /// [`advance`](Self::advance)'s general loop.
