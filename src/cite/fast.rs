@@ -66,14 +66,12 @@ impl MarkerTracker {
     /// token). Returns whether `s` was that (and is consumed).
     #[inline(always)]
     pub(super) fn plain_text(&mut self, s: &[u8]) -> bool {
-        debug_assert!(!self.text_idle || self.is_text_idle());
+        debug_assert!(!self.text_idle || (self.is_text_idle() && !self.scan.prev_backslash));
         if !(self.text_idle && is_plain(s)) {
             return false;
         }
-        if !s.is_empty() {
-            self.scan.pos += s.len() as u64;
-            self.scan.prev_backslash = false;
-        }
+        // No backslash before or in `s`: `prev_backslash` stays false.
+        self.scan.pos += s.len() as u64;
         true
     }
 
