@@ -280,9 +280,22 @@ impl MarkerTracker {
         // position of byte `i` is `pos0 + i - narrow`.
         let mut narrow = 0;
         let pos0 = self.scan.pos;
+        let cont = |j: usize| s.get(j).is_some_and(|&c| c & 0xC0 == 0x80);
         while let Some(&b) = s.get(i) {
             match BYTE_CLASS[usize::from(b)] {
                 0 => i += 1,
+                // The common sequences first (no surrogate or overlong
+                // form starts with these leads).
+                NON_ASCII if (0xC2..=0xDF).contains(&b) && cont(i + 1) => {
+                    i += 2;
+                    narrow += 2 - self.unit.width(2);
+                }
+                NON_ASCII
+                    if matches!(b, 0xE1..=0xEC | 0xEE..=0xEF) && cont(i + 1) && cont(i + 2) =>
+                {
+                    i += 3;
+                    narrow += 3 - self.unit.width(3);
+                }
                 NON_ASCII => match utf8_seq_len(&s[i..]) {
                     Some(n) => {
                         i += n;
