@@ -66,14 +66,12 @@ impl MarkerTracker {
     /// token). Returns whether `s` was that (and is consumed).
     #[inline(always)]
     pub(super) fn plain_text(&mut self, s: &[u8]) -> bool {
-        debug_assert!(!self.text_idle || self.is_text_idle());
+        debug_assert!(!self.text_idle || (self.is_text_idle() && !self.scan.prev_backslash));
         if !(self.text_idle && is_plain(s)) {
             return false;
         }
-        if !s.is_empty() {
-            self.scan.pos += s.len() as u64;
-            self.scan.prev_backslash = false;
-        }
+        // No backslash before or in `s`: `prev_backslash` stays false.
+        self.scan.pos += s.len() as u64;
         true
     }
 
@@ -282,9 +280,22 @@ impl MarkerTracker {
         // position of byte `i` is `pos0 + i - narrow`.
         let mut narrow = 0;
         let pos0 = self.scan.pos;
+        let cont = |j: usize| s.get(j).is_some_and(|&c| c & 0xC0 == 0x80);
         while let Some(&b) = s.get(i) {
             match BYTE_CLASS[usize::from(b)] {
                 0 => i += 1,
+                // The common sequences first (no surrogate or overlong
+                // form starts with these leads).
+                NON_ASCII if (0xC2..=0xDF).contains(&b) && cont(i + 1) => {
+                    i += 2;
+                    narrow += 2 - self.unit.width(2);
+                }
+                NON_ASCII
+                    if matches!(b, 0xE1..=0xEC | 0xEE..=0xEF) && cont(i + 1) && cont(i + 2) =>
+                {
+                    i += 3;
+                    narrow += 3 - self.unit.width(3);
+                }
                 NON_ASCII => match utf8_seq_len(&s[i..]) {
                     Some(n) => {
                         i += n;

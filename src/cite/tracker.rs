@@ -61,8 +61,9 @@ pub struct MarkerTracker {
     utf8: [u8; 3],
     pub(super) utf8_len: u8,
     pub(super) finished: bool,
-    /// Not finished, and the state is paragraph text with nothing pending
-    /// (see [`plain_text`](Self::plain_text)). Set only when the general
+    /// Not finished, the state is paragraph text with nothing pending, and
+    /// the last character is not a backslash (see
+    /// [`plain_text`](Self::plain_text)). Set only when the general
     /// entry of a feed returns; a plain piece keeps it true.
     pub(super) text_idle: bool,
 }
@@ -230,7 +231,7 @@ impl MarkerTracker {
             }
             s = &s[self.general_step(s, feed)..];
         }
-        self.text_idle = self.is_text_idle();
+        self.text_idle = self.is_text_idle() && !self.scan.prev_backslash;
     }
 
     /// One step of [`push_rest`](Self::push_rest) through the general path
