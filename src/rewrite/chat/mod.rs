@@ -173,7 +173,7 @@ impl ChatStream {
                 scan: ChunkScan::default(),
                 scans: Vec::with_capacity(2),
                 fast: Vec::with_capacity(2),
-                holes: Vec::with_capacity(2),
+                holes: Vec::with_capacity(32),
                 templates: Default::default(),
                 next_template: 0,
                 found: Contents::default(),

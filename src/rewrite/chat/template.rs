@@ -283,6 +283,11 @@ impl ChunkTemplate {
         self.literal.clear();
         self.seg_ends.clear();
         self.holes.clear();
+        // Each buffer sized once (not doubled from empty, segment by
+        // segment): the literal text is at most `s`.
+        self.literal.reserve(s.len());
+        self.seg_ends.reserve(cuts.len() + 1);
+        self.holes.reserve(cuts.len());
         let mut at = 0;
         for (r, h) in cuts {
             if r.start < at {
