@@ -24,8 +24,8 @@ pub(crate) const TEMPLATES: usize = 4;
 /// Most content holes (choices with content) in one template.
 pub(crate) const MAX_CONTENTS: usize = 4;
 
-/// Most holes in one template.
-const MAX_HOLES: usize = 32;
+/// Most holes in one template (the fast scan records at most as many).
+const MAX_HOLES: usize = json::MAX_HOLES;
 
 /// What a hole of a template holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
