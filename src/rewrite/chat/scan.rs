@@ -3,15 +3,17 @@
 //!
 //! Two scans with one meaning. The fast scan ([`fast_scan`]) walks a chunk
 //! with a [`Cursor`] the way upstreams write them, reading
-//! `choices[].index`, `choices[].delta.content` and whether
-//! `choices[].finish_reason` is a string, and recording the string values
-//! that vary from chunk to chunk as template holes. The full scan
-//! ([`scan_chunk`]) also reads the envelope (`id`, `object`, `created`,
-//! `model`, `system_fingerprint`), `usage`, the spans a finish chunk's
-//! rewrite needs, and escaped keys. On valid JSON without escaped keys both
-//! read the same index, content and finish for every choice (the
-//! `chat_scan` fuzz target checks this, and templates against both); both reject exactly the
-//! invalid texts.
+//! `choices[].index` and `choices[].delta.content`, and recording the
+//! string and number values that vary from chunk to chunk as template
+//! holes; it defers to the full scan at an escaped key or a string
+//! `finish_reason` (a finish chunk is scanned once, by the full scan). The
+//! full scan ([`scan_chunk`]) also reads `finish_reason`, the envelope
+//! (`id`, `object`, `created`, `model`, `system_fingerprint`), `usage`, the
+//! spans a finish chunk's rewrite needs, and escaped keys. When the fast
+//! scan does not defer, both read the same index and content for every
+//! choice and no finish (the `chat_scan` fuzz target checks this, and
+//! templates against both); the fast scan rejects only invalid texts, and
+//! every invalid text it does not defer.
 
 use std::ops::Range;
 
