@@ -13,7 +13,8 @@ pub use crate::json::*;
 pub type ChoiceRead = (Option<u32>, Option<Range<usize>>, bool);
 
 /// The chat rewriter's fast scan of one chunk's data: `Ok(None)` when it
-/// defers to the full scan (an escaped key).
+/// defers to the full scan (an escaped key, a finish); else no choice
+/// finishes.
 ///
 /// # Errors
 /// [`Invalid`] when `d` is not valid JSON.
@@ -25,7 +26,7 @@ pub fn fast_scan(d: &[u8]) -> Result<Option<Vec<ChoiceRead>>, Invalid> {
     }
     Ok(Some(
         out.into_iter()
-            .map(|c| (c.index, c.content, c.finish))
+            .map(|c| (c.index, c.content, false))
             .collect(),
     ))
 }
@@ -68,7 +69,7 @@ pub fn template_match(
         crate::rewrite::chat::scan::fast_scan(learn, &mut out, &mut holes),
         Ok(true)
     ) || out.len() > MAX_CONTENTS
-        || out.iter().any(|c| c.finish || c.index.is_none())
+        || out.iter().any(|c| c.index.is_none())
     {
         return none;
     }

@@ -16,7 +16,7 @@
 //! 3. The differential of the chat rewriter's two chunk scans, on the raw
 //!    bytes and on two generated chunks: the fast scan (the hot path)
 //!    accepts exactly what the full scan accepts and reads the same
-//!    choices (index, content, finish) unless it defers (escaped key); a
+//!    choices (index, content, finish) unless it defers (escaped key, finish); a
 //!    chunk template learned from one chunk (framed as an event or not)
 //!    accepts another only if both scans read it as the template says (the
 //!    learned choices, their contents in the content holes, no finish),

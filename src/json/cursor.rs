@@ -8,6 +8,19 @@ use std::ops::Range;
 
 use super::{Invalid, MAX_DEPTH, scan_number, scan_string, scan_value};
 
+/// Most template holes the `*_holes` skips record: past this many the
+/// list stays full (a caller takes a full list as "too many to learn"), so
+/// a chunk with thousands of numbers does not grow it.
+pub const MAX_HOLES: usize = 32;
+
+/// Records a hole unless the list is full ([`MAX_HOLES`]).
+#[inline(always)]
+fn push_hole(holes: &mut Vec<Range<usize>>, r: Range<usize>) {
+    if holes.len() < MAX_HOLES {
+        holes.push(r);
+    }
+}
+
 /// A position in a JSON text, advanced token by token by its caller.
 #[derive(Debug)]
 pub struct Cursor<'a> {
@@ -107,7 +120,8 @@ impl<'a> Cursor<'a> {
     /// Skips (validating) any value at `depth`, recording every string and
     /// number token in it (not keys) as a template hole: the strings of a
     /// delta's `tool_calls` or the numbers of a running `usage`, say, vary
-    /// from chunk to chunk while the rest does not.
+    /// from chunk to chunk while the rest does not. At most [`MAX_HOLES`]
+    /// are kept.
     ///
     /// Strings, numbers and literals are handled here (inlined into the
     /// caller); only containers take a call, and their scalar elements are
@@ -142,14 +156,14 @@ impl<'a> Cursor<'a> {
                 let s = self.i;
                 self.i = scan_string(self.b, self.i)?.0;
                 if STRINGS {
-                    holes.push(s..self.i);
+                    push_hole(holes, s..self.i);
                 }
                 Ok(())
             }
             b'-' | b'0'..=b'9' => {
                 let s = self.i;
                 self.i = scan_number(self.b, self.i)?;
-                holes.push(s..self.i);
+                push_hole(holes, s..self.i);
                 Ok(())
             }
             b'{' | b'[' => self.container_holes::<STRINGS>(depth, holes),

@@ -65,7 +65,7 @@ impl ChatHandler {
     /// index is a `u32`: framed when the event is exactly `data: ` + the
     /// data + `\n\n`.
     pub(super) fn learn(&mut self, f: &FrameRef<'_>, fast: &[FastChoice], holes: &[Range<usize>]) {
-        if fast.len() > MAX_CONTENTS || fast.iter().any(|c| c.finish || c.index.is_none()) {
+        if fast.len() > MAX_CONTENTS || fast.iter().any(|c| c.index.is_none()) {
             return;
         }
         let (raw, d) = (f.raw(), f.data());

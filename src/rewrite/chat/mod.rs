@@ -173,7 +173,7 @@ impl ChatStream {
                 scan: ChunkScan::default(),
                 scans: Vec::with_capacity(2),
                 fast: Vec::with_capacity(2),
-                holes: Vec::with_capacity(2),
+                holes: Vec::with_capacity(json::MAX_HOLES),
                 templates: Default::default(),
                 next_template: 0,
                 found: Contents::default(),
@@ -244,7 +244,6 @@ impl ChatHandler {
         match fast_scan(d, &mut fast, &mut holes) {
             Err(Invalid) => self.out.pass(f),
             Ok(true) => {
-                let mut finishing = false;
                 for fc in &fast {
                     let Some(st) = fc.index.and_then(|i| self.choice(i)) else {
                         continue;
@@ -255,32 +254,26 @@ impl ChatHandler {
                     if let Some(r) = &fc.content {
                         st.tracker.push_json(&d[r.clone()]);
                     }
-                    finishing |= fc.finish;
                 }
                 self.learn(f, &fast, &holes);
-                if finishing {
-                    self.slow_path(f, true);
-                } else {
-                    self.out.pass(f);
-                }
+                self.out.pass(f);
             }
-            Ok(false) => self.slow_path(f, false),
+            // An escaped key or a finish: the full scan.
+            Ok(false) => self.slow_path(f),
         }
         self.fast = fast;
         self.holes = holes;
     }
 
     /// The complete scan of a chunk, for finish chunks and chunks with
-    /// escaped keys. `counted`: the content was already fed by the fast
-    /// path.
-    fn slow_path(&mut self, f: &FrameRef<'_>, counted: bool) {
+    /// escaped keys.
+    fn slow_path(&mut self, f: &FrameRef<'_>) {
         let Frame::Event(e) = f.to_frame() else {
             return self.out.pass(f);
         };
         let mut scan = std::mem::take(&mut self.scan);
         let mut scans = std::mem::take(&mut self.scans);
         match scan_chunk(e.data(), &mut scan, &mut scans) {
-            Ok(()) if counted => self.finish_chunk(&e, &scan, &scans),
             Ok(()) => self.chunk(&e, &scan, &scans),
             Err(Invalid) => self.emit(e.raw().clone()),
         }

@@ -3,15 +3,17 @@
 //!
 //! Two scans with one meaning. The fast scan ([`fast_scan`]) walks a chunk
 //! with a [`Cursor`] the way upstreams write them, reading
-//! `choices[].index`, `choices[].delta.content` and whether
-//! `choices[].finish_reason` is a string, and recording the string values
-//! that vary from chunk to chunk as template holes. The full scan
-//! ([`scan_chunk`]) also reads the envelope (`id`, `object`, `created`,
-//! `model`, `system_fingerprint`), `usage`, the spans a finish chunk's
-//! rewrite needs, and escaped keys. On valid JSON without escaped keys both
-//! read the same index, content and finish for every choice (the
-//! `chat_scan` fuzz target checks this, and templates against both); both reject exactly the
-//! invalid texts.
+//! `choices[].index` and `choices[].delta.content`, and recording the
+//! string and number values that vary from chunk to chunk as template
+//! holes; it defers to the full scan at an escaped key or a string
+//! `finish_reason` (a finish chunk is scanned once, by the full scan). The
+//! full scan ([`scan_chunk`]) also reads `finish_reason`, the envelope
+//! (`id`, `object`, `created`, `model`, `system_fingerprint`), `usage`, the
+//! spans a finish chunk's rewrite needs, and escaped keys. When the fast
+//! scan does not defer, both read the same index and content for every
+//! choice and no finish (the `chat_scan` fuzz target checks this, and
+//! templates against both); the fast scan rejects only invalid texts, and
+//! every invalid text it does not defer.
 
 use std::ops::Range;
 
@@ -177,13 +179,15 @@ pub(crate) struct FastChoice {
     pub(crate) index: Option<u32>,
     /// Raw body of `delta.content` when it is a string.
     pub(crate) content: Option<Range<usize>>,
-    pub(crate) finish: bool,
 }
 
 /// The hot path's scan of one chunk: validates the whole JSON text and
-/// reads `choices[].index`, `choices[].delta.content` and whether
-/// `choices[].finish_reason` is a string. Returns `Ok(false)` when a key
-/// has escapes, so the complete scanner must decide (rare).
+/// reads `choices[].index` and `choices[].delta.content`. Returns
+/// `Ok(false)` (the complete scanner decides) when a key has escapes
+/// (rare) or as soon as a `choices[].finish_reason` is a string: a
+/// finish chunk takes the cold path, which needs the full scan anyway,
+/// so it is scanned once. (Invalid JSON after that point is the full
+/// scan's to reject.)
 pub(crate) fn fast_scan(
     d: &[u8],
     out: &mut Vec<FastChoice>,
@@ -191,8 +195,8 @@ pub(crate) fn fast_scan(
 ) -> Result<bool, Invalid> {
     out.clear();
     holes.clear();
-    // Room for a template's worth of holes at once, not doubling from 2.
-    holes.reserve(32);
+    // Room for all the holes recorded at once, not doubling from 2.
+    holes.reserve(json::MAX_HOLES);
     let mut c = Cursor::new(d);
     c.ws();
     c.eat(b'{')?;
@@ -258,7 +262,6 @@ fn fast_choice(
     let mut fc = FastChoice {
         index: Some(0),
         content: None,
-        finish: false,
     };
     if !c.empty(b'}') {
         loop {
@@ -298,10 +301,7 @@ fn fast_choice(
                     c.skip(3)?;
                     fc.index = json::parse_u32(&d[start..c.i]);
                 }
-                b"finish_reason" => {
-                    fc.finish = c.peek() == b'"';
-                    c.skip(3)?;
-                }
+                b"finish_reason" if c.peek() == b'"' => return Ok(false),
                 // `logprobs` and the like: their strings and numbers vary.
                 _ => c.skip_holes(3, holes)?,
             }
@@ -338,13 +338,7 @@ mod tests {
         }
         let read = cs
             .iter()
-            .map(|c| {
-                (
-                    c.index,
-                    c.content.clone().map(|r| d[r].to_owned()),
-                    c.finish,
-                )
-            })
+            .map(|c| (c.index, c.content.clone().map(|r| d[r].to_owned()), false))
             .collect();
         let holes = holes.into_iter().map(|r| d[r].to_owned()).collect();
         Ok(Some((read, holes)))
@@ -354,15 +348,27 @@ mod tests {
     fn both_scans_read_the_same_choices() {
         for d in [
             r#"{"id":"c","choices":[{"index":0,"delta":{"content":"a\"b"},"finish_reason":null}]}"#,
-            r#"{"choices":[{"index":1,"delta":{"content":"x"}},{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
             r#" { "choices" : [ { "delta" : { "content" : null } } , 3 ] } "#,
             r#"{"choices":[{"index":-1,"delta":{"content":"x","content":7}}]}"#,
             r#"{"choices":[{"index":2,"delta":"s","finish_reason":{"a":1}}],"choices":[]}"#,
             r#"{"usage":{"total_tokens":3},"choices":[]}"#,
         ] {
-            let (read, _) = fast(d).unwrap().expect("no escaped key");
+            let (read, _) = fast(d).unwrap().expect("no escaped key, no finish");
             assert_eq!(Ok(read), full(d), "{d}");
         }
+    }
+
+    #[test]
+    fn the_fast_scan_defers_finish_chunks() {
+        let d = r#"{"choices":[{"index":1,"delta":{"content":"x"}},{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+        assert_eq!(fast(d), Ok(None));
+        assert_eq!(
+            full(d),
+            Ok(vec![
+                (Some(1), Some("x".into()), false),
+                (Some(0), None, true)
+            ])
+        );
     }
 
     #[test]

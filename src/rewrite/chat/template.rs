@@ -24,8 +24,8 @@ pub(crate) const TEMPLATES: usize = 4;
 /// Most content holes (choices with content) in one template.
 pub(crate) const MAX_CONTENTS: usize = 4;
 
-/// Most holes in one template.
-const MAX_HOLES: usize = 32;
+/// Most holes in one template (the fast scan records at most as many).
+const MAX_HOLES: usize = json::MAX_HOLES;
 
 /// What a hole of a template holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,15 +81,16 @@ impl Contents {
 pub(crate) struct ChunkTemplate {
     /// The literal segments, concatenated.
     literal: Vec<u8>,
-    /// End of each segment in `literal`; hole `k` lies between segments
-    /// `k` and `k + 1`.
-    seg_ends: Vec<usize>,
-    holes: Vec<Hole>,
+    /// The first `n`: hole `k` follows segment `k`, which ends there in
+    /// `literal`; the last segment runs to the end of `literal`. (Inline,
+    /// like `sample_holes`: learning allocates only the two texts.)
+    holes: [(u16, Hole); MAX_HOLES],
+    n: usize,
     /// Learned from `data: ` + JSON + `\n\n`: matched against raw events.
     pub(crate) framed: bool,
-    /// The chunk learned from and its hole tokens, while on probation.
+    /// The chunk learned from and its `n` hole tokens, while on probation.
     sample: Vec<u8>,
-    sample_holes: Vec<Range<usize>>,
+    sample_holes: [(u16, u16); MAX_HOLES],
     probation: bool,
     valid: bool,
 }
@@ -145,7 +146,8 @@ impl ChunkTemplate {
         let mut pos = 0;
         let mut lit = 0;
         // Segment k, then hole k; the last segment runs to the end.
-        for (&h, &end) in self.holes.iter().zip(&self.seg_ends) {
+        for &(end, h) in self.holes.get(..self.n)? {
+            let end = usize::from(end);
             let seg = self.literal.get(lit..end)?;
             if !same(s.get(pos..pos + seg.len())?, seg) {
                 return None;
@@ -213,9 +215,11 @@ impl ChunkTemplate {
         let mut n = 0;
         let mut k = 0;
         let sample = std::mem::take(&mut self.sample);
-        let sample_holes = std::mem::take(&mut self.sample_holes);
+        let sample_holes = self.sample_holes;
         let walked = self.walk(s, |h, r| {
-            let learned = sample_holes.get(k).and_then(|t| sample.get(t.clone()));
+            let learned = sample_holes
+                .get(k)
+                .and_then(|&(a, b)| sample.get(usize::from(a)..usize::from(b)));
             let keep = matches!(h, Hole::Content(_)) || learned != s.get(r.clone());
             if keep && n < MAX_HOLES {
                 cuts[n] = (r, h);
@@ -227,7 +231,6 @@ impl ChunkTemplate {
             self.build(s, &cuts[..n]);
         }
         self.sample = sample;
-        self.sample_holes = sample_holes;
     }
 
     /// Learns from a chunk the fast scan read as choices `contents` (index,
@@ -272,8 +275,10 @@ impl ChunkTemplate {
         }
         self.sample.clear();
         self.sample.extend_from_slice(s);
-        self.sample_holes.clear();
-        self.sample_holes.extend(cuts.iter().map(|c| c.0.clone()));
+        for (slot, c) in self.sample_holes.iter_mut().zip(cuts.iter()) {
+            // (Within `s`: at most `MAX_TEMPLATE` bytes.)
+            *slot = (c.0.start as u16, c.0.end as u16);
+        }
         self.probation = true;
     }
 
@@ -281,20 +286,29 @@ impl ChunkTemplate {
     fn build(&mut self, s: &[u8], cuts: &[(Range<usize>, Hole)]) -> bool {
         self.valid = false;
         self.literal.clear();
-        self.seg_ends.clear();
-        self.holes.clear();
+        self.n = 0;
+        if cuts.len() > MAX_HOLES {
+            return false;
+        }
+        // Sized once (not doubled from empty, segment by segment): the
+        // literal text is at most `s`.
+        self.literal.reserve(s.len());
         let mut at = 0;
-        for (r, h) in cuts {
+        for ((r, h), slot) in cuts.iter().zip(&mut self.holes) {
             if r.start < at {
                 return false;
             }
             self.literal.extend_from_slice(&s[at..r.start]);
-            self.seg_ends.push(self.literal.len());
-            self.holes.push(*h);
+            // (The literal text is at most the sample's `MAX_TEMPLATE`
+            // bytes.)
+            let Ok(end) = u16::try_from(self.literal.len()) else {
+                return false;
+            };
+            *slot = (end, *h);
             at = r.end;
         }
         self.literal.extend_from_slice(&s[at..]);
-        self.seg_ends.push(self.literal.len());
+        self.n = cuts.len();
         self.valid = true;
         true
     }
@@ -304,6 +318,12 @@ impl ChunkTemplate {
 mod tests {
     use super::*;
     use crate::rewrite::chat::scan::fast_scan;
+
+    impl ChunkTemplate {
+        fn kinds(&self) -> Vec<Hole> {
+            self.holes[..self.n].iter().map(|h| h.1).collect()
+        }
+    }
 
     /// The template learned from `d` the way the handler learns it.
     fn learned(d: &str) -> ChunkTemplate {
@@ -330,7 +350,7 @@ mod tests {
         let mut t = learned(CHUNK);
         assert!(t.valid);
         // Holes: the content, the obfuscation.
-        assert_eq!(t.holes, [Hole::Content(2), Hole::Str]);
+        assert_eq!(t.kinds(), [Hole::Content(2), Hole::Str]);
         let other = CHUNK
             .replace("Hi", r#"a \"[1]\" \u00e9"#)
             .replace("ab", "xyz");
@@ -338,7 +358,11 @@ mod tests {
             content(&mut t, &other),
             Some(vec![(2, r#"a \"[1]\" \u00e9"#)])
         );
-        assert_eq!(t.holes, [Hole::Content(2), Hole::Str], "obfuscation varies");
+        assert_eq!(
+            t.kinds(),
+            [Hole::Content(2), Hole::Str],
+            "obfuscation varies"
+        );
         assert_eq!(content(&mut t, CHUNK), Some(vec![(2, "Hi")]));
     }
 
@@ -349,7 +373,7 @@ mod tests {
             content(&mut t, &CHUNK.replace("Hi", "Ho")),
             Some(vec![(2, "Ho")])
         );
-        assert_eq!(t.holes, [Hole::Content(2)]);
+        assert_eq!(t.kinds(), [Hole::Content(2)]);
         assert_eq!(content(&mut t, &CHUNK.replace("ab", "abc")), None);
         assert_eq!(content(&mut t, CHUNK), Some(vec![(2, "Hi")]));
     }
@@ -358,7 +382,7 @@ mod tests {
     fn several_choices_in_one_chunk() {
         let d = r#"{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{}},{"index":2,"delta":{"content":"c"}}]}"#;
         let mut t = learned(d);
-        assert_eq!(t.holes, [Hole::Content(0), Hole::Content(2)]);
+        assert_eq!(t.kinds(), [Hole::Content(0), Hole::Content(2)]);
         let other = d.replace("\"a\"", "\"x[1]\"");
         assert_eq!(content(&mut t, &other), Some(vec![(0, "x[1]"), (2, "c")]));
     }
@@ -403,7 +427,7 @@ mod tests {
     fn a_chunk_without_content_has_no_content_hole() {
         let d = r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#;
         let mut t = learned(d);
-        assert_eq!(t.holes, [Hole::Str]);
+        assert_eq!(t.kinds(), [Hole::Str]);
         assert_eq!(
             content(&mut t, &d.replace("assistant", "tool")),
             Some(vec![])
