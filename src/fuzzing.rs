@@ -139,3 +139,13 @@ pub fn chat_stream_unfused(
     rw.handler_mut().set_fused(false);
     rw
 }
+
+/// Cut points for a split-anywhere target: each fuzzer-chosen `u16` taken
+/// modulo `len + 1`, sorted (duplicates give empty pieces, which every
+/// consumer must accept).
+#[must_use]
+pub fn cuts(raw: &[u16], len: usize) -> Vec<usize> {
+    let mut cuts: Vec<usize> = raw.iter().map(|&c| usize::from(c) % (len + 1)).collect();
+    cuts.sort_unstable();
+    cuts
+}

@@ -50,12 +50,7 @@ fuzz_target!(|case: Case| {
     // The fused path (events recognised in the pieces) against the parser
     // + handler alone, on the same pieces.
     let unfused = || citestream::fuzzing::chat_stream_unfused(sources.clone(), o.rewrite_options());
-    let mut cuts: Vec<usize> = case
-        .cuts
-        .iter()
-        .map(|&c| usize::from(c) % (input.len() + 1))
-        .collect();
-    cuts.sort_unstable();
+    let cuts = citestream::fuzzing::cuts(&case.cuts, input.len());
     let split = chat_ref::drive(&mut new(), &chat_ref::split_at(&input, &cuts));
     assert!(split == whole, "split at {cuts:?} differs");
     let plain = chat_ref::drive(&mut unfused(), &chat_ref::split_at(&input, &cuts));

@@ -70,12 +70,7 @@ fuzz_target!(|case: Case| {
         return;
     }
     let max = u32::from(case.max % 12);
-    let mut cuts: Vec<usize> = case
-        .cuts
-        .iter()
-        .map(|&c| usize::from(c) % (input.len() + 1))
-        .collect();
-    cuts.sort_unstable();
+    let cuts = citestream::fuzzing::cuts(&case.cuts, input.len());
     let mut pieces = Vec::new();
     let mut from = 0;
     for &cut in cuts.iter().chain([&input.len()]) {

@@ -45,12 +45,7 @@ fuzz_target!(|case: Case| {
     let new = || MessagesStream::new(sources.clone(), o.rewrite_options());
 
     let (whole, _) = chat_ref::check_messages("messages_split", &input, &list, &o, &[]);
-    let mut cuts: Vec<usize> = case
-        .cuts
-        .iter()
-        .map(|&c| usize::from(c) % (input.len() + 1))
-        .collect();
-    cuts.sort_unstable();
+    let cuts = citestream::fuzzing::cuts(&case.cuts, input.len());
     let split = chat_ref::drive(&mut new(), &chat_ref::split_at(&input, &cuts));
     assert!(split == whole, "split at {cuts:?} differs");
     let mixed = chat_ref::drive_mixed(&mut new(), &chat_ref::split_at(&input, &cuts), &case.drain);

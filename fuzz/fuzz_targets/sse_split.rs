@@ -33,12 +33,7 @@ fuzz_target!(|case: Case| {
         config.max_event_size(usize::from(max));
     }
     let one = sse_ref::run_pieces(&config, None, std::slice::from_ref(&input), &[]);
-    let mut cuts: Vec<usize> = case
-        .cuts
-        .iter()
-        .map(|&c| usize::from(c) % (input.len() + 1))
-        .collect();
-    cuts.sort_unstable();
+    let cuts = citestream::fuzzing::cuts(&case.cuts, input.len());
     let split = sse_ref::run_pieces(
         &config,
         None,
