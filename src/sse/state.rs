@@ -36,10 +36,6 @@ use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
 use super::parser::BOM;
 
-/// Room reserved at once for gathering blocks across pieces (see
-/// [`State::hold`]).
-const GATHER_ROOM: usize = 2048;
-
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
 pub(super) struct Found {
@@ -221,20 +217,6 @@ impl State {
         self.advance_general(cur)
     }
 
-    /// Appends `bytes` to the held block. A block's first bytes that do
-    /// not fit reserve [`GATHER_ROOM`] at once (taken from the front of the
-    /// buffer when it is reclaimed, so it does not grow): a frozen gathered frame leaves
-    /// the rest of the buffer to `partial`, so the next few straddling
-    /// blocks are gathered without a trip through `BytesMut::reserve`'s
-    /// reclaim (which otherwise runs for nearly every one).
-    #[inline]
-    fn hold(&mut self, bytes: &[u8]) {
-        if self.partial.is_empty() && self.partial.capacity() < bytes.len() {
-            self.partial.reserve(bytes.len().max(GATHER_ROOM));
-        }
-        self.partial.extend_from_slice(bytes);
-    }
-
     /// The piece is scanned to its end, mid-block or on a block boundary,
     /// and nothing is queued: gathers its rest, leaving it used up (`start`
     /// at its end) for the next piece to replace. `false`, having done
@@ -247,7 +229,7 @@ impl State {
             return false;
         }
         if self.start < len {
-            self.hold(&cur[self.start..]);
+            self.partial.extend_from_slice(&cur[self.start..]);
             self.start = len;
         }
         true
@@ -354,7 +336,7 @@ impl State {
                 if self.partial.len() + (next - self.start) > self.max {
                     return Some(self.over_limit());
                 }
-                self.hold(&chunk[self.start..next]);
+                self.partial.extend_from_slice(&chunk[self.start..next]);
                 self.start = next;
             }
             let line = self.line_start..line_end;
@@ -485,14 +467,14 @@ impl State {
             return Some(self.over_limit());
         }
         if !matches!(chunk.get(next), Some(b'\n' | b'\r')) {
-            self.hold(&chunk[self.start..next]);
+            self.partial.extend_from_slice(&chunk[self.start..next]);
             self.start = next;
             self.line_start = self.rel(next);
             self.data = Data::One(v..line_end);
             return None;
         }
         let end = next + self.terminator_len(chunk, next);
-        self.hold(&chunk[self.start..end]);
+        self.partial.extend_from_slice(&chunk[self.start..end]);
         self.owned = self.partial.split().freeze();
         self.pos = end;
         self.start = end;
@@ -558,7 +540,7 @@ impl State {
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
         if start < len {
-            self.hold(&cur[start..len]);
+            self.partial.extend_from_slice(&cur[start..len]);
         }
         *cur = Bytes::new();
         self.pos = 0;
@@ -660,7 +642,7 @@ impl State {
         let raw = if self.partial.is_empty() {
             Loc::Cur(self.start, next)
         } else {
-            self.hold(&chunk[self.start..next]);
+            self.partial.extend_from_slice(&chunk[self.start..next]);
             self.owned = self.partial.split().freeze();
             Loc::Owned
         };
