@@ -162,6 +162,20 @@ impl Out {
         }
     }
 
+    /// [`flush_run`](Self::flush_run) then [`pop`](Self::pop): the run
+    /// itself when nothing is queued before it (no trip through the queue).
+    #[inline]
+    fn flush_pop(&mut self) -> Option<Bytes> {
+        if !self.queue.is_empty() {
+            self.flush_run();
+            return self.pop();
+        }
+        let mut b = self.run.take()?;
+        b.truncate(self.run_end);
+        b.advance(self.run_start);
+        Some(b)
+    }
+
     /// The next queued output.
     #[inline]
     pub(crate) fn pop(&mut self) -> Option<Bytes> {
@@ -282,8 +296,7 @@ impl<H: Handler> SseRewriter<H> {
                 Some(f) => Self::dispatch(&mut self.h, &f),
                 None => {
                     let out = self.h.out();
-                    out.flush_run();
-                    let b = out.pop();
+                    let b = out.flush_pop();
                     // The parser needs input: nothing to do until `feed`.
                     self.idle = out.is_empty();
                     return b;

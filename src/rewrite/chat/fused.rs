@@ -43,7 +43,7 @@ impl ChatHandler {
 
     /// Feeds the content bodies the last template match found in `s`
     /// (`self.found`).
-    #[inline]
+    #[inline(always)]
     fn feed_contents(&mut self, s: &[u8]) {
         for k in 0..self.found.n {
             let (index, start, end) = self.found.at[k];
