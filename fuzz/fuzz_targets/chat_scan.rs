@@ -541,7 +541,10 @@ fn chunk_in_stream(chunk: &[u8], unit: OffsetUnit) {
 fn fast_vs_full(d: &[u8]) {
     let full = fuzzing::full_scan(d);
     match fuzzing::fast_scan(d) {
-        Err(_) => assert!(full.is_err(), "the fast scan rejects what the full scan accepts"),
+        Err(_) => assert!(
+            full.is_err(),
+            "the fast scan rejects what the full scan accepts"
+        ),
         // An escaped key: the full scan decides.
         Ok(None) => {}
         Ok(Some(fast)) => assert_eq!(Ok(fast), full, "the fast and full scans read differently"),
@@ -581,7 +584,12 @@ fuzz_target!(|case: Case| {
     fast_vs_full(other.as_bytes());
     template_vs_scans(
         w.out.as_bytes(),
-        &[other.as_bytes(), &case.raw, w.out.as_bytes(), other.as_bytes()],
+        &[
+            other.as_bytes(),
+            &case.raw,
+            w.out.as_bytes(),
+            other.as_bytes(),
+        ],
     );
     template_vs_scans(w.out.as_bytes(), &[w.out.as_bytes(), other.as_bytes()]);
     if std::env::var_os("CHAT_SCAN_DEBUG").is_some() {

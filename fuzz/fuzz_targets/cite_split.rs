@@ -18,12 +18,59 @@ mod cite_ref;
 
 /// What a `shaped` input is built from, one fragment per fuzz byte.
 const FRAGMENTS: &[&[u8]] = &[
-    b"[", b"]", b"1", b"2", b"0", b"9", b"12", b"[1]", b"[2]", b"[10]", b"[9999]", b"`", b"``",
-    b"```", b"~~~", b" ", b"   ", b"\t", b"\r", b"\n", br"\n", br"\n\n", br"\t", br"\r", br#"\""#,
-    br"\\", br"\/", b"\\", br"\u", br"\u005b", br"\u005d", br"\u0060", br"\u0031", br"\u000a",
-    br"\ud83d", br"\ude00", br"\ud83d\ude00", br"\q", b"a", b"the ", b"x", "é".as_bytes(),
-    "東".as_bytes(), "😀".as_bytes(), b"\xC3", b"\xF0\x9F", b"\x98\x80", b"\xFF", b"\xED\xA0\x80",
-    b"\xE0\x80", b"\"", b"^", b",",
+    b"[",
+    b"]",
+    b"1",
+    b"2",
+    b"0",
+    b"9",
+    b"12",
+    b"[1]",
+    b"[2]",
+    b"[10]",
+    b"[9999]",
+    b"`",
+    b"``",
+    b"```",
+    b"~~~",
+    b" ",
+    b"   ",
+    b"\t",
+    b"\r",
+    b"\n",
+    br"\n",
+    br"\n\n",
+    br"\t",
+    br"\r",
+    br#"\""#,
+    br"\\",
+    br"\/",
+    b"\\",
+    br"\u",
+    br"\u005b",
+    br"\u005d",
+    br"\u0060",
+    br"\u0031",
+    br"\u000a",
+    br"\ud83d",
+    br"\ude00",
+    br"\ud83d\ude00",
+    br"\q",
+    b"a",
+    b"the ",
+    b"x",
+    "é".as_bytes(),
+    "東".as_bytes(),
+    "😀".as_bytes(),
+    b"\xC3",
+    b"\xF0\x9F",
+    b"\x98\x80",
+    b"\xFF",
+    b"\xED\xA0\x80",
+    b"\xE0\x80",
+    b"\"",
+    b"^",
+    b",",
 ];
 
 #[derive(Arbitrary, Debug)]
@@ -45,7 +92,13 @@ fn feed(t: &mut MarkerTracker, json: bool, piece: &[u8], general: bool) {
 }
 
 /// Feeds `pieces`, checking that the final markers only ever grow.
-fn run(pieces: &[&[u8]], json: bool, max: u32, unit: OffsetUnit, general: bool) -> (Vec<Marker>, u64) {
+fn run(
+    pieces: &[&[u8]],
+    json: bool,
+    max: u32,
+    unit: OffsetUnit,
+    general: bool,
+) -> (Vec<Marker>, u64) {
     let mut t = MarkerTracker::new(max, unit);
     let mut seen = 0;
     for piece in pieces {
@@ -90,8 +143,16 @@ fuzz_target!(|case: Case| {
         );
         let whole = run(&[&input], case.json, max, unit, false);
         assert_eq!(whole, want, "whole vs reference, {unit}");
-        assert_eq!(run(&pieces, case.json, max, unit, false), want, "split at {cuts:?}, {unit}");
-        assert_eq!(run(&bytes, case.json, max, unit, false), want, "byte by byte, {unit}");
+        assert_eq!(
+            run(&pieces, case.json, max, unit, false),
+            want,
+            "split at {cuts:?}, {unit}"
+        );
+        assert_eq!(
+            run(&bytes, case.json, max, unit, false),
+            want,
+            "byte by byte, {unit}"
+        );
         assert_eq!(
             run(&pieces, case.json, max, unit, true),
             want,

@@ -13,9 +13,9 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
+use citestream::Endpoint;
 use citestream::request::{InjectError, InjectOptions, Placement, inject, inspect, render_sources};
 use citestream::sources::{Source, Sources};
-use citestream::Endpoint;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 
@@ -63,7 +63,8 @@ struct W<'a> {
 impl W<'_> {
     fn ws(&mut self) {
         if self.u.ratio(1, 4).unwrap_or(false) {
-            self.out.push_str([" ", "\n", "\t", "\r\n  "][self.u.choose_index(4).unwrap_or(0)]);
+            self.out
+                .push_str([" ", "\n", "\t", "\r\n  "][self.u.choose_index(4).unwrap_or(0)]);
         }
     }
 
@@ -191,12 +192,21 @@ fn check(endpoint: Endpoint, placement: Placement, body: &[u8], title: &str) {
     // but make no `Value`: then only "no panic" is checked.
     let input = serde_json::from_slice::<Value>(body);
     let Ok(Value::Object(mut input)) = input else {
-        let _ = inject(endpoint, r.body(), &Sources::new(Vec::new()), &InjectOptions::default());
+        let _ = inject(
+            endpoint,
+            r.body(),
+            &Sources::new(Vec::new()),
+            &InjectOptions::default(),
+        );
         return;
     };
     let out: Value = serde_json::from_slice(r.body()).expect("inspect's output is valid JSON");
     input.remove("web_search");
-    assert_eq!(out, Value::Object(input), "inspect changed more than web_search");
+    assert_eq!(
+        out,
+        Value::Object(input),
+        "inspect changed more than web_search"
+    );
     let sources = Sources::new(vec![Source {
         title: Some(title.to_owned()),
         url: Some("https://example.com/".into()),
