@@ -178,6 +178,7 @@ impl Parser {
 
     /// Queues an input piece. Cheap: nothing is parsed until
     /// [`next_frame`](Parser::next_frame). Empty pieces are ignored.
+    #[inline]
     pub fn feed(&mut self, chunk: Bytes) {
         if !self.absorb(&chunk) {
             self.queue_piece(chunk);
@@ -422,7 +423,20 @@ impl Parser {
         if self.used_up() {
             return None;
         }
-        let f = self.st.advance(&mut self.cur)?;
+        let f = match self.st.continue_open(&self.cur) {
+            Some(Ok(c)) => {
+                return Some(Frame::Event(Event {
+                    raw: std::mem::take(&mut self.st.owned),
+                    data: DataRepr::Slice(c.data),
+                    event: c.event,
+                    id: None,
+                    retry: None,
+                    last_event_id: self.st.last_event_id.clone(),
+                }));
+            }
+            Some(Err(f)) => f,
+            None => self.st.advance(&mut self.cur)?,
+        };
         let raw = match f.raw {
             Loc::Cur(a, b) => self.cur.slice(a..b),
             Loc::Owned => std::mem::take(&mut self.st.owned),
@@ -488,7 +502,25 @@ impl Parser {
         if self.used_up() {
             return None;
         }
-        let f = self.st.advance(&mut self.cur)?;
+        let f = match self.st.continue_open(&self.cur) {
+            Some(Ok(c)) => {
+                let raw: &[u8] = &self.st.owned;
+                return Some(FrameRef {
+                    kind: FrameKind::Event,
+                    raw,
+                    data: &raw[c.data.clone()],
+                    data_range: Some(c.data),
+                    event: c.event,
+                    id: None,
+                    retry: None,
+                    last_event_id: &self.st.last_event_id,
+                    src: Src::Owned(&self.st.owned),
+                    joined: &self.st.joined,
+                });
+            }
+            Some(Err(f)) => f,
+            None => self.st.advance(&mut self.cur)?,
+        };
         let (raw, src): (&[u8], _) = match f.raw {
             Loc::Cur(a, b) => (&self.cur[a..b], Src::Piece(&self.cur, a)),
             Loc::Owned => (&self.st.owned, Src::Owned(&self.st.owned)),

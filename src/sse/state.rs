@@ -85,6 +85,31 @@ impl Quick {
     }
 }
 
+/// An event completed by [`State::continue_data`]: its raw bytes are the
+/// gathered `State::owned`.
+#[derive(Clone, Debug)]
+pub(super) struct Cont {
+    /// The data's range in the raw bytes.
+    pub(super) data: Range<usize>,
+    /// The `event` line's value's range in the raw bytes.
+    pub(super) event: Option<Range<usize>>,
+}
+
+impl Cont {
+    /// The same event as a [`Found`].
+    #[inline]
+    pub(super) fn found(self) -> Found {
+        Found {
+            kind: FrameKind::Event,
+            raw: Loc::Owned,
+            data: Some(self.data),
+            event: self.event,
+            id: None,
+            retry: None,
+        }
+    }
+}
+
 impl Found {
     #[inline]
     pub(super) fn plain(kind: FrameKind, raw: Loc) -> Self {
@@ -266,7 +291,7 @@ impl State {
                 // (Set only by `quick`/`continue_data`, so no CR is pending,
                 // the BOM is decided and nothing is discarded.)
                 if let Some(f) = self.continue_data(cur, v) {
-                    return Some(f);
+                    return Some(f.map_or_else(|f| f, Cont::found));
                 }
             }
         } else if self.queue.is_empty() && self.gather_rest(cur) {
@@ -370,7 +395,7 @@ impl State {
             }
             if let Some(v) = self.open_data.take() {
                 if let Some(f) = self.continue_data(chunk, v) {
-                    return Some(f);
+                    return Some(f.map_or_else(|f| f, Cont::found));
                 }
                 continue;
             }
@@ -515,10 +540,12 @@ impl State {
     /// Goes on with the `data` line that [`quick`](Self::quick) left open
     /// at the end of the previous piece (its value starting at `v`,
     /// block-relative): when the line and then a blank line end in this
-    /// piece, the event, gathered with one copy. Otherwise the line is
+    /// piece, the event, gathered with one copy (`Err`: an oversized
+    /// frame, the line over the limit). Otherwise the line is
     /// processed (or left open) exactly as the general loop would, and
     /// `None` is returned.
-    fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Found> {
+    #[inline(always)]
+    fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Result<Cont, Found>> {
         let Some(i) = find_line_end(&chunk[self.pos..]) else {
             self.pos = chunk.len();
             self.open_data = Some(v);
@@ -529,7 +556,7 @@ impl State {
         let line_end = self.rel(t);
         self.pos = next;
         if self.rel(next) > self.max {
-            return Some(self.over_limit());
+            return Some(Err(self.over_limit()));
         }
         if !matches!(chunk.get(next), Some(b'\n' | b'\r')) {
             self.gather(&chunk[self.start..next]);
@@ -544,14 +571,28 @@ impl State {
         self.pos = end;
         self.start = end;
         self.line_start = 0;
-        Some(Found {
-            kind: FrameKind::Event,
-            raw: Loc::Owned,
-            data: Some(v..line_end),
+        Some(Ok(Cont {
+            data: v..line_end,
             event: self.event.take(),
-            id: None,
-            retry: None,
-        })
+        }))
+    }
+
+    /// At the start of a piece, a `data` line that [`quick`](Self::quick)
+    /// left open, continued ([`continue_data`](Self::continue_data)): the
+    /// event, when it ends in this piece (`Err`: the frame the line's limit
+    /// check produced). The common step after a quick
+    /// event spanning two pieces, taken before [`advance`](Self::advance)
+    /// (which goes on where this leaves off).
+    #[inline(always)]
+    pub(super) fn continue_open(&mut self, cur: &[u8]) -> Option<Result<Cont, Found>> {
+        if self.pos >= cur.len() {
+            return None;
+        }
+        // (Set only by `quick`/`continue_data`, so no CR is pending, the
+        // BOM is decided and nothing is discarded.)
+        let v = self.open_data.take()?;
+        self.release_owned();
+        self.continue_data(cur, v)
     }
 
     /// Length of the line end at `chunk[t]` (a CR or LF); notes a CR at the
