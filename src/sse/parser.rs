@@ -178,7 +178,7 @@ impl Parser {
 
     /// Queues an input piece. Cheap: nothing is parsed until
     /// [`next_frame`](Parser::next_frame). Empty pieces are ignored.
-    #[inline]
+    #[inline(always)]
     pub fn feed(&mut self, chunk: Bytes) {
         if !self.absorb(&chunk) {
             self.queue_piece(chunk);
