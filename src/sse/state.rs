@@ -10,16 +10,27 @@
 //!              `data:`) then a blank line, whole in the piece → the event,
 //!              one line-end search, no per-line bookkeeping. Anything else:
 //!              the lines it scanned are recorded as the general loop would
-//!              have processed them (`commit`), and the general loop goes on.
-//!   advance    between quick events: a `data` line left open at the end of
-//!              a piece is continued in the next (`continue_data`, one copy
-//!              into `partial`); a piece scanned to its end with nothing
-//!              queued has its rest gathered and stays as the used-up `cur`
-//!              (`gather_rest`) until the next piece replaces it.
+//!              have processed them (`commit`), and the general loop goes on;
+//!              a `data` line running to the end of the piece is left open
+//!              and the block's bytes so far gathered (`gather`).
+//!   continue   the next piece starts with that open line: it is finished
+//!              (`continue_open` / `continue_data`, one search, one copy)
+//!              and the event handed out from the gathered bytes, before
+//!              and without `advance`.
+//!   advance    a piece scanned to its end with nothing queued has its rest
+//!              gathered and stays as the used-up `cur` (`gather_rest`)
+//!              until the next piece replaces it.
 //!   general    `advance_general` / `scan`: every line, every field, CR and
 //!              split CRLF, BOM, `id`/`retry`, comments, the size limit and
 //!              discard mode.
 //! ```
+//!
+//! Gathering (`gather`): a block's first bytes reserve [`GATHER_MIN`], and
+//! the frames split off the buffer (`owned`) are let go of before the next
+//! gather, so the buffer is reclaimed in place once per several spanning
+//! blocks (no allocation in steady state when the consumer drops frames);
+//! a block larger than that grows by doubling, copied in [`COPY_STEP`]
+//! steps.
 //!
 //! Every byte is searched once: where the quick layers give up, the state
 //! they leave is exactly the general loop's after the same bytes. The unit
@@ -278,23 +289,16 @@ impl State {
     }
 
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
+    /// Called after [`continue_open`](Self::continue_open), so a `data`
+    /// line left open is only still open here at the end of `cur`.
     ///
-    /// The two common steps between quick-path events come first, without
-    /// the general loop: a `data` line left open by the previous piece,
-    /// continued; a piece scanned to its end mid-block with nothing queued,
-    /// its rest gathered.
+    /// The common step between quick-path events comes first, without the
+    /// general loop: a piece scanned to its end mid-block with nothing
+    /// queued, its rest gathered.
     #[inline(always)]
     pub(super) fn advance(&mut self, cur: &mut Bytes) -> Option<Found> {
         self.release_owned();
-        if self.pos < cur.len() {
-            if let Some(v) = self.open_data.take() {
-                // (Set only by `quick`/`continue_data`, so no CR is pending,
-                // the BOM is decided and nothing is discarded.)
-                if let Some(f) = self.continue_data(cur, v) {
-                    return Some(f.map_or_else(|f| f, Cont::found));
-                }
-            }
-        } else if self.queue.is_empty() && self.gather_rest(cur) {
+        if self.pos >= cur.len() && self.queue.is_empty() && self.gather_rest(cur) {
             return None;
         }
         self.advance_general(cur)
