@@ -743,6 +743,50 @@ mod tests {
         }
     }
 
+    /// Blocks larger than the gathering buffer's first reservation and
+    /// than one copy step (a long `data` line, a long multi-line block),
+    /// gathered across pieces of several sizes: the same frames through
+    /// `next_frame` and `next_frame_ref` as a one-piece parse.
+    #[test]
+    fn large_blocks_gather_the_same_under_every_read_size() {
+        let mut input = b"data: a\n\ndata: ".to_vec();
+        input.extend((0..10_000).map(|i| b"xyz"[i % 3]));
+        input.extend_from_slice(b"\n\nevent: e\n");
+        for _ in 0..300 {
+            input.extend_from_slice(b"data: 0123456789\n: c\n");
+        }
+        input.extend_from_slice(b"\ndata: tail\n\n");
+        let whole = parse_all(&input, &[]);
+        assert_eq!(fields(&whole.0).len(), 4);
+        for read in [1, 7, 1460, 3000, 4001, 5000] {
+            let cuts: Vec<usize> = (1..)
+                .map(|k| k * read)
+                .take_while(|&c| c < input.len())
+                .collect();
+            for by_ref in [false, true] {
+                let mut p = Parser::new();
+                let mut frames = Vec::new();
+                let mut at = 0;
+                for &cut in cuts.iter().chain([&input.len()]) {
+                    p.feed(Bytes::copy_from_slice(&input[at..cut]));
+                    at = cut;
+                    loop {
+                        let f = if by_ref {
+                            p.next_frame_ref().map(|f| f.to_frame())
+                        } else {
+                            p.next_frame()
+                        };
+                        let Some(f) = f else { break };
+                        frames.push(f);
+                    }
+                }
+                let tail = p.finish();
+                assert_eq!(fields(&frames), fields(&whole.0), "read {read}");
+                assert_eq!(concat(&frames, &tail), input, "read {read}");
+            }
+        }
+    }
+
     #[test]
     fn memory_stays_bounded_on_a_long_line_after_a_split() {
         let mut c = Config::new();
