@@ -29,8 +29,8 @@
 //! the frames split off the buffer (`owned`) are let go of before the next
 //! gather, so the buffer is reclaimed in place once per several spanning
 //! blocks (no allocation in steady state when the consumer drops frames);
-//! a block larger than that grows by doubling, copied in [`COPY_STEP`]
-//! steps.
+//! a block larger than that grows through `BytesMut::reserve` (at least
+//! doubling).
 //!
 //! Every byte is searched once: where the quick layers give up, the state
 //! they leave is exactly the general loop's after the same bytes. The unit
@@ -51,22 +51,6 @@ use super::parser::BOM;
 /// pieces (see [`State::gather`]): a page with its header, under the
 /// 4 KiB peak that `tests/sse_alloc.rs` holds the parser to.
 const GATHER_MIN: usize = 4000;
-
-/// The largest single copy into the gathering buffer (see
-/// [`copy_in_steps`]).
-const COPY_STEP: usize = 2048;
-
-/// Appends `b` to `buf` (which has room for it) in steps of at most
-/// [`COPY_STEP`] bytes. The same bytes moved as by one `extend_from_slice`;
-/// but glibc's `memcpy` switches to `rep movsb` from 4 KiB, which
-/// callgrind counts as one instruction per byte (vector moves: about one
-/// per 10 bytes), so large blocks are copied in steps below that.
-#[inline(never)]
-fn copy_in_steps(buf: &mut BytesMut, b: &[u8]) {
-    for step in b.chunks(COPY_STEP) {
-        buf.extend_from_slice(step);
-    }
-}
 
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
@@ -260,32 +244,21 @@ impl State {
         if self.partial.capacity() - self.partial.len() < b.len() {
             self.make_room(b.len());
         }
-        if b.len() <= COPY_STEP {
-            self.partial.extend_from_slice(b);
-        } else {
-            copy_in_steps(&mut self.partial, b);
-        }
+        self.partial.extend_from_slice(b);
     }
 
     /// [`gather`](Self::gather) when the buffer is short of room for `n`
-    /// more bytes. An empty or small one goes through `reserve` (which
-    /// reclaims the buffer in place when no frame split off it is still
-    /// held); a larger block moves to a buffer twice its size, its held
-    /// bytes copied in steps ([`copy_in_steps`]).
+    /// more bytes: a block's first bytes reserve at least [`GATHER_MIN`];
+    /// `reserve` reclaims the buffer in place when no frame split off it is
+    /// still held, and otherwise grows it (at least doubling).
     #[inline(never)]
     fn make_room(&mut self, n: usize) {
-        let len = self.partial.len();
-        if len == 0 {
-            self.partial.reserve(n.max(GATHER_MIN));
-            return;
-        }
-        if len + n <= GATHER_MIN {
-            self.partial.reserve(n);
-            return;
-        }
-        let mut grown = BytesMut::with_capacity((2 * len).max(len + n));
-        copy_in_steps(&mut grown, &self.partial);
-        self.partial = grown;
+        let want = if self.partial.is_empty() {
+            n.max(GATHER_MIN)
+        } else {
+            n
+        };
+        self.partial.reserve(want);
     }
 
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
