@@ -178,6 +178,7 @@ impl Parser {
 
     /// Queues an input piece. Cheap: nothing is parsed until
     /// [`next_frame`](Parser::next_frame). Empty pieces are ignored.
+    #[inline(always)]
     pub fn feed(&mut self, chunk: Bytes) {
         if !self.absorb(&chunk) {
             self.queue_piece(chunk);
@@ -422,7 +423,20 @@ impl Parser {
         if self.used_up() {
             return None;
         }
-        let f = self.st.advance(&mut self.cur)?;
+        let f = match self.st.continue_open(&self.cur) {
+            Some(Ok(c)) => {
+                return Some(Frame::Event(Event {
+                    raw: std::mem::take(&mut self.st.owned),
+                    data: DataRepr::Slice(c.data),
+                    event: c.event,
+                    id: None,
+                    retry: None,
+                    last_event_id: self.st.last_event_id.clone(),
+                }));
+            }
+            Some(Err(f)) => f,
+            None => self.st.advance(&mut self.cur)?,
+        };
         let raw = match f.raw {
             Loc::Cur(a, b) => self.cur.slice(a..b),
             Loc::Owned => std::mem::take(&mut self.st.owned),
@@ -488,7 +502,25 @@ impl Parser {
         if self.used_up() {
             return None;
         }
-        let f = self.st.advance(&mut self.cur)?;
+        let f = match self.st.continue_open(&self.cur) {
+            Some(Ok(c)) => {
+                let raw: &[u8] = &self.st.owned;
+                return Some(FrameRef {
+                    kind: FrameKind::Event,
+                    raw,
+                    data: &raw[c.data.clone()],
+                    data_range: Some(c.data),
+                    event: c.event,
+                    id: None,
+                    retry: None,
+                    last_event_id: &self.st.last_event_id,
+                    src: Src::Owned(&self.st.owned),
+                    joined: &self.st.joined,
+                });
+            }
+            Some(Err(f)) => f,
+            None => self.st.advance(&mut self.cur)?,
+        };
         let (raw, src): (&[u8], _) = match f.raw {
             Loc::Cur(a, b) => (&self.cur[a..b], Src::Piece(&self.cur, a)),
             Loc::Owned => (&self.st.owned, Src::Owned(&self.st.owned)),
@@ -708,6 +740,50 @@ mod tests {
                 .collect();
             assert_eq!(evs, vec![b"ok".to_vec()], "split {split}");
             assert!(p.buffered() <= 12 + 2);
+        }
+    }
+
+    /// Blocks larger than the gathering buffer's first reservation and
+    /// than one copy step (a long `data` line, a long multi-line block),
+    /// gathered across pieces of several sizes: the same frames through
+    /// `next_frame` and `next_frame_ref` as a one-piece parse.
+    #[test]
+    fn large_blocks_gather_the_same_under_every_read_size() {
+        let mut input = b"data: a\n\ndata: ".to_vec();
+        input.extend((0..10_000).map(|i| b"xyz"[i % 3]));
+        input.extend_from_slice(b"\n\nevent: e\n");
+        for _ in 0..300 {
+            input.extend_from_slice(b"data: 0123456789\n: c\n");
+        }
+        input.extend_from_slice(b"\ndata: tail\n\n");
+        let whole = parse_all(&input, &[]);
+        assert_eq!(fields(&whole.0).len(), 4);
+        for read in [1, 7, 1460, 3000, 4001, 5000] {
+            let cuts: Vec<usize> = (1..)
+                .map(|k| k * read)
+                .take_while(|&c| c < input.len())
+                .collect();
+            for by_ref in [false, true] {
+                let mut p = Parser::new();
+                let mut frames = Vec::new();
+                let mut at = 0;
+                for &cut in cuts.iter().chain([&input.len()]) {
+                    p.feed(Bytes::copy_from_slice(&input[at..cut]));
+                    at = cut;
+                    loop {
+                        let f = if by_ref {
+                            p.next_frame_ref().map(|f| f.to_frame())
+                        } else {
+                            p.next_frame()
+                        };
+                        let Some(f) = f else { break };
+                        frames.push(f);
+                    }
+                }
+                let tail = p.finish();
+                assert_eq!(fields(&frames), fields(&whole.0), "read {read}");
+                assert_eq!(concat(&frames, &tail), input, "read {read}");
+            }
         }
     }
 

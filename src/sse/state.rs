@@ -10,16 +10,27 @@
 //!              `data:`) then a blank line, whole in the piece → the event,
 //!              one line-end search, no per-line bookkeeping. Anything else:
 //!              the lines it scanned are recorded as the general loop would
-//!              have processed them (`commit`), and the general loop goes on.
-//!   advance    between quick events: a `data` line left open at the end of
-//!              a piece is continued in the next (`continue_data`, one copy
-//!              into `partial`); a piece scanned to its end with nothing
-//!              queued has its rest gathered and stays as the used-up `cur`
-//!              (`gather_rest`) until the next piece replaces it.
+//!              have processed them (`commit`), and the general loop goes on;
+//!              a `data` line running to the end of the piece is left open
+//!              and the block's bytes so far gathered (`gather`).
+//!   continue   the next piece starts with that open line: it is finished
+//!              (`continue_open` / `continue_data`, one search, one copy)
+//!              and the event handed out from the gathered bytes, before
+//!              and without `advance`.
+//!   advance    a piece scanned to its end with nothing queued has its rest
+//!              gathered and stays as the used-up `cur` (`gather_rest`)
+//!              until the next piece replaces it.
 //!   general    `advance_general` / `scan`: every line, every field, CR and
 //!              split CRLF, BOM, `id`/`retry`, comments, the size limit and
 //!              discard mode.
 //! ```
+//!
+//! Gathering (`gather`): a block's first bytes reserve [`GATHER_MIN`], and
+//! the frames split off the buffer (`owned`) are let go of before the next
+//! gather, so the buffer is reclaimed in place once per several spanning
+//! blocks (no allocation in steady state when the consumer drops frames);
+//! a block larger than that grows through `BytesMut::reserve` (at least
+//! doubling).
 //!
 //! Every byte is searched once: where the quick layers give up, the state
 //! they leave is exactly the general loop's after the same bytes. The unit
@@ -35,6 +46,11 @@ use bytes::{Bytes, BytesMut};
 use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
 use super::parser::BOM;
+
+/// The least room reserved for a block's bytes when it starts spanning
+/// pieces (see [`State::gather`]): a page with its header, under the
+/// 4 KiB peak that `tests/sse_alloc.rs` holds the parser to.
+const GATHER_MIN: usize = 4000;
 
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
@@ -56,6 +72,31 @@ impl Quick {
         Found {
             kind: FrameKind::Event,
             raw: Loc::Cur(self.start, self.end),
+            data: Some(self.data),
+            event: self.event,
+            id: None,
+            retry: None,
+        }
+    }
+}
+
+/// An event completed by [`State::continue_data`]: its raw bytes are the
+/// gathered `State::owned`.
+#[derive(Clone, Debug)]
+pub(super) struct Cont {
+    /// The data's range in the raw bytes.
+    pub(super) data: Range<usize>,
+    /// The `event` line's value's range in the raw bytes.
+    pub(super) event: Option<Range<usize>>,
+}
+
+impl Cont {
+    /// The same event as a [`Found`].
+    #[inline]
+    pub(super) fn found(self) -> Found {
+        Found {
+            kind: FrameKind::Event,
+            raw: Loc::Owned,
             data: Some(self.data),
             event: self.event,
             id: None,
@@ -194,24 +235,43 @@ impl State {
         }
     }
 
+    /// Appends `b` to the held block bytes. A block's first bytes reserve
+    /// at least [`GATHER_MIN`], so the buffer, once the frames split off it
+    /// are let go of, is reclaimed once per several spanning blocks rather
+    /// than per block; a block that grows past that grows geometrically.
+    #[inline]
+    pub(super) fn gather(&mut self, b: &[u8]) {
+        if self.partial.capacity() - self.partial.len() < b.len() {
+            self.make_room(b.len());
+        }
+        self.partial.extend_from_slice(b);
+    }
+
+    /// [`gather`](Self::gather) when the buffer is short of room for `n`
+    /// more bytes: a block's first bytes reserve at least [`GATHER_MIN`];
+    /// `reserve` reclaims the buffer in place when no frame split off it is
+    /// still held, and otherwise grows it (at least doubling).
+    #[inline(never)]
+    fn make_room(&mut self, n: usize) {
+        let want = if self.partial.is_empty() {
+            n.max(GATHER_MIN)
+        } else {
+            n
+        };
+        self.partial.reserve(want);
+    }
+
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
+    /// Called after [`continue_open`](Self::continue_open), so a `data`
+    /// line left open is only still open here at the end of `cur`.
     ///
-    /// The two common steps between quick-path events come first, without
-    /// the general loop: a `data` line left open by the previous piece,
-    /// continued; a piece scanned to its end mid-block with nothing queued,
-    /// its rest gathered.
+    /// The common step between quick-path events comes first, without the
+    /// general loop: a piece scanned to its end mid-block with nothing
+    /// queued, its rest gathered.
     #[inline(always)]
     pub(super) fn advance(&mut self, cur: &mut Bytes) -> Option<Found> {
         self.release_owned();
-        if self.pos < cur.len() {
-            if let Some(v) = self.open_data.take() {
-                // (Set only by `quick`/`continue_data`, so no CR is pending,
-                // the BOM is decided and nothing is discarded.)
-                if let Some(f) = self.continue_data(cur, v) {
-                    return Some(f);
-                }
-            }
-        } else if self.queue.is_empty() && self.gather_rest(cur) {
+        if self.pos >= cur.len() && self.queue.is_empty() && self.gather_rest(cur) {
             return None;
         }
         self.advance_general(cur)
@@ -229,7 +289,7 @@ impl State {
             return false;
         }
         if self.start < len {
-            self.partial.extend_from_slice(&cur[self.start..]);
+            self.gather(&cur[self.start..]);
             self.start = len;
         }
         true
@@ -312,7 +372,7 @@ impl State {
             }
             if let Some(v) = self.open_data.take() {
                 if let Some(f) = self.continue_data(chunk, v) {
-                    return Some(f);
+                    return Some(f.map_or_else(|f| f, Cont::found));
                 }
                 continue;
             }
@@ -336,7 +396,7 @@ impl State {
                 if self.partial.len() + (next - self.start) > self.max {
                     return Some(self.over_limit());
                 }
-                self.partial.extend_from_slice(&chunk[self.start..next]);
+                self.gather(&chunk[self.start..next]);
                 self.start = next;
             }
             let line = self.line_start..line_end;
@@ -400,6 +460,13 @@ impl State {
                 self.open_data = Some(v);
             }
             self.pos = chunk.len();
+            if rest.len() <= self.max {
+                // The block goes on in the next piece: its bytes so far
+                // are gathered now (what the end of the piece would do).
+                self.release_owned();
+                self.gather(rest);
+                self.start = chunk.len();
+            }
             return None;
         };
         let t = v + i;
@@ -450,10 +517,12 @@ impl State {
     /// Goes on with the `data` line that [`quick`](Self::quick) left open
     /// at the end of the previous piece (its value starting at `v`,
     /// block-relative): when the line and then a blank line end in this
-    /// piece, the event, gathered with one copy. Otherwise the line is
+    /// piece, the event, gathered with one copy (`Err`: an oversized
+    /// frame, the line over the limit). Otherwise the line is
     /// processed (or left open) exactly as the general loop would, and
     /// `None` is returned.
-    fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Found> {
+    #[inline(always)]
+    fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Result<Cont, Found>> {
         let Some(i) = find_line_end(&chunk[self.pos..]) else {
             self.pos = chunk.len();
             self.open_data = Some(v);
@@ -464,29 +533,43 @@ impl State {
         let line_end = self.rel(t);
         self.pos = next;
         if self.rel(next) > self.max {
-            return Some(self.over_limit());
+            return Some(Err(self.over_limit()));
         }
         if !matches!(chunk.get(next), Some(b'\n' | b'\r')) {
-            self.partial.extend_from_slice(&chunk[self.start..next]);
+            self.gather(&chunk[self.start..next]);
             self.start = next;
             self.line_start = self.rel(next);
             self.data = Data::One(v..line_end);
             return None;
         }
         let end = next + self.terminator_len(chunk, next);
-        self.partial.extend_from_slice(&chunk[self.start..end]);
+        self.gather(&chunk[self.start..end]);
         self.owned = self.partial.split().freeze();
         self.pos = end;
         self.start = end;
         self.line_start = 0;
-        Some(Found {
-            kind: FrameKind::Event,
-            raw: Loc::Owned,
-            data: Some(v..line_end),
+        Some(Ok(Cont {
+            data: v..line_end,
             event: self.event.take(),
-            id: None,
-            retry: None,
-        })
+        }))
+    }
+
+    /// At the start of a piece, a `data` line that [`quick`](Self::quick)
+    /// left open, continued ([`continue_data`](Self::continue_data)): the
+    /// event, when it ends in this piece (`Err`: the frame the line's limit
+    /// check produced). The common step after a quick
+    /// event spanning two pieces, taken before [`advance`](Self::advance)
+    /// (which goes on where this leaves off).
+    #[inline(always)]
+    pub(super) fn continue_open(&mut self, cur: &[u8]) -> Option<Result<Cont, Found>> {
+        if self.pos >= cur.len() {
+            return None;
+        }
+        // (Set only by `quick`/`continue_data`, so no CR is pending, the
+        // BOM is decided and nothing is discarded.)
+        let v = self.open_data.take()?;
+        self.release_owned();
+        self.continue_data(cur, v)
     }
 
     /// Length of the line end at `chunk[t]` (a CR or LF); notes a CR at the
@@ -540,7 +623,7 @@ impl State {
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
         if start < len {
-            self.partial.extend_from_slice(&cur[start..len]);
+            self.gather(&cur[start..len]);
         }
         *cur = Bytes::new();
         self.pos = 0;
@@ -642,7 +725,7 @@ impl State {
         let raw = if self.partial.is_empty() {
             Loc::Cur(self.start, next)
         } else {
-            self.partial.extend_from_slice(&chunk[self.start..next]);
+            self.gather(&chunk[self.start..next]);
             self.owned = self.partial.split().freeze();
             Loc::Owned
         };
