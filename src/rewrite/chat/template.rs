@@ -190,6 +190,10 @@ impl ChunkTemplate {
         Some(end)
     }
 
+    /// The walk recording the content bodies into `c`: a template of one
+    /// content hole straight-line ([`walk_one`](Self::walk_one)), one with
+    /// number holes out of line ([`walk_numbers`](Self::walk_numbers)),
+    /// any other by [`walk_any`](Self::walk_any) inline.
     #[inline(always)]
     fn walk_contents(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         if !self.valid {
@@ -212,6 +216,7 @@ impl ChunkTemplate {
         self.walk_any(s, c)
     }
 
+    /// The general walk (any holes), recording the content bodies.
     #[inline(always)]
     fn walk_any(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         c.n = 0;
