@@ -118,17 +118,17 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 #[inline(always)]
 fn number_end(s: &[u8], i: usize) -> Option<usize> {
     let end = json::digits_end(s, i);
-    let first = *s.get(i)?;
-    let plain = end != i
-        && (first != b'0' || end == i + 1)
-        && !matches!(s.get(end), Some(b'.' | b'e' | b'E') | None);
-    if plain {
-        return Some(end);
+    match (s.get(i), s.get(end)) {
+        (Some(&first), Some(next))
+            if end > i
+                && (first != b'0' || end == i + 1)
+                && !matches!(next, b'.' | b'e' | b'E') =>
+        {
+            Some(end)
+        }
+        (Some(b'-' | b'0'..=b'9'), _) => json::scan_number(s, i).ok(),
+        _ => None,
     }
-    if !matches!(first, b'-' | b'0'..=b'9') {
-        return None;
-    }
-    json::scan_number(s, i).ok()
 }
 
 impl ChunkTemplate {
