@@ -89,6 +89,7 @@ pub fn template_match(
             let shift = if framed {
                 let ev = frame(c);
                 let piece = [&ev[..], b"data: [DONE]\n\n"].concat();
+                assert!(t.walks_agree(&piece), "the template walks disagree");
                 let end = t.matches_event(&piece, &mut contents)?;
                 // A match is one `data:` line without CR or LF and a blank
                 // line: the whole event unless `c` held a line end (then
@@ -105,6 +106,7 @@ pub fn template_match(
                 assert_eq!(end, ev.len(), "a framed match ends with its event");
                 6
             } else {
+                assert!(t.walks_agree(c), "the template walks disagree");
                 if !t.matches(c, &mut contents) {
                     return None;
                 }

@@ -159,7 +159,8 @@ fn non_digit(w: u64) -> u64 {
 
 /// The end of the run of ASCII digits starting at `b[i]` (eight at a time).
 #[inline]
-fn digits_end(b: &[u8], mut i: usize) -> usize {
+#[must_use]
+pub fn digits_end(b: &[u8], mut i: usize) -> usize {
     while let Some(word) = b.get(i..i + 8) {
         let mut w = [0u8; 8];
         w.copy_from_slice(word);

@@ -88,6 +88,8 @@ pub(crate) struct ChunkTemplate {
     n: usize,
     /// Learned from `data: ` + JSON + `\n\n`: matched against raw events.
     pub(crate) framed: bool,
+    /// Some hole is a number (set by `build`).
+    numbers: bool,
     /// The chunk learned from and its `n` hole tokens, while on probation.
     sample: Vec<u8>,
     sample_holes: [(u16, u16); MAX_HOLES],
@@ -111,24 +113,22 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The end of the JSON number token at `s[i]`: a plain integer without a
-/// leading zero (a running count) here, anything else by the JSON scanner.
+/// leading zero (a running count) here, eight digits a step, anything else
+/// by the JSON scanner.
 #[inline(always)]
 fn number_end(s: &[u8], i: usize) -> Option<usize> {
-    let digits = s
-        .get(i..)?
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .count();
-    let plain = digits > 0
-        && (s[i] != b'0' || digits == 1)
-        && !matches!(s.get(i + digits), Some(b'.' | b'e' | b'E') | None);
-    if plain {
-        return Some(i + digits);
+    let end = json::digits_end(s, i);
+    match (s.get(i), s.get(end)) {
+        (Some(&first), Some(next))
+            if end > i
+                && (first != b'0' || end == i + 1)
+                && !matches!(next, b'.' | b'e' | b'E') =>
+        {
+            Some(end)
+        }
+        (Some(b'-' | b'0'..=b'9'), _) => json::scan_number(s, i).ok(),
+        _ => None,
     }
-    if !matches!(s.get(i), Some(b'-' | b'0'..=b'9')) {
-        return None;
-    }
-    json::scan_number(s, i).ok()
 }
 
 impl ChunkTemplate {
@@ -190,11 +190,35 @@ impl ChunkTemplate {
         Some(end)
     }
 
+    /// The walk recording the content bodies into `c`: a template of one
+    /// content hole straight-line ([`walk_one`](Self::walk_one)), one with
+    /// number holes out of line ([`walk_numbers`](Self::walk_numbers)),
+    /// any other by [`walk_any`](Self::walk_any) inline.
     #[inline(always)]
     fn walk_contents(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         if !self.valid {
             return None;
         }
+        if let (1, [(end, Hole::Content(i)), ..]) = (self.n, &self.holes) {
+            return self.walk_one(s, usize::from(*end), *i, c);
+        }
+        if self.numbers {
+            return self.walk_numbers(s, c);
+        }
+        self.walk_any(s, c)
+    }
+
+    /// [`walk_any`](Self::walk_any) out of line, for a template with
+    /// number holes (Perplexity's running `usage`): the walk and the number
+    /// scan's word constants then have registers of their own.
+    #[inline(never)]
+    fn walk_numbers(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
+        self.walk_any(s, c)
+    }
+
+    /// The general walk (any holes), recording the content bodies.
+    #[inline(always)]
+    fn walk_any(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         c.n = 0;
         self.walk(s, |h, r| {
             if let Hole::Content(i) = h {
@@ -204,6 +228,41 @@ impl ChunkTemplate {
                 }
             }
         })
+    }
+
+    /// Whether the walk with its shortcuts ([`walk_one`](Self::walk_one))
+    /// and the general one agree on `s`: the same end, the same contents
+    /// (the differential of the unit tests and the `chat_scan` fuzz target).
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn walks_agree(&self, s: &[u8]) -> bool {
+        let (mut c1, mut c2) = (Contents::default(), Contents::default());
+        let one = self.walk_contents(s, &mut c1);
+        let general = if self.valid {
+            self.walk_any(s, &mut c2)
+        } else {
+            None
+        };
+        one == general && (one.is_none() || c1.iter().eq(c2.iter()))
+    }
+
+    /// [`walk_contents`](Self::walk_contents) for the most common template,
+    /// one content hole ending the literal's first `end` bytes (a
+    /// single-choice content chunk): straight-line, no loop.
+    #[inline(always)]
+    fn walk_one(&self, s: &[u8], end: usize, i: u32, c: &mut Contents) -> Option<usize> {
+        let (head, tail) = self.literal.split_at_checked(end)?;
+        let (got, r) = s.split_at_checked(head.len())?;
+        if !same(got, head) {
+            return None;
+        }
+        let len = json::scan_string(r, 0).ok()?.0;
+        let got = r.get(len..)?.get(..tail.len())?;
+        if !same(got, tail) {
+            return None;
+        }
+        c.at[0] = (i, end + 1, end + len - 1);
+        c.n = 1;
+        Some(end + len + tail.len())
     }
 
     /// The first match of a fresh template: the holes (but contents) whose
@@ -309,6 +368,7 @@ impl ChunkTemplate {
         }
         self.literal.extend_from_slice(&s[at..]);
         self.n = cuts.len();
+        self.numbers = cuts.iter().any(|c| c.1 == Hole::Num);
         self.valid = true;
         true
     }
@@ -473,6 +533,44 @@ mod tests {
             assert_eq!(number_end(s.as_bytes(), 0), want, "{t}");
         }
         assert_eq!(number_end(b"12", 0), json::scan_number(b"12", 0).ok());
+    }
+
+    /// The straight-line walk of a one-content template agrees with the
+    /// general walk on every truncation and every one-byte change of a
+    /// matching chunk (framed and not).
+    #[test]
+    fn walk_one_equals_the_general_walk() {
+        let ev = format!("data: {CHUNK}\n\n").replace(r#","obfuscation":"ab""#, "");
+        let (mut cs, mut holes) = (Vec::new(), Vec::new());
+        let d = &ev[6..ev.len() - 2];
+        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes).unwrap());
+        for framed in [false, true] {
+            let (s, at) = if framed { (ev.as_str(), 6) } else { (d, 0) };
+            let mut t = ChunkTemplate::default();
+            let contents = cs.iter().map(|c| (2, c.content.clone().unwrap()));
+            t.learn(s.as_bytes(), at, framed, contents, &holes);
+            assert!(t.matches(s.replace("Hi", "Ho").as_bytes(), &mut Contents::default()));
+            assert_eq!(t.kinds(), [Hole::Content(2)]);
+            let base = s.replace("Hi", r#"a \"[1]\" \u00e9"#);
+            let whole = t.walk_contents(base.as_bytes(), &mut Contents::default());
+            assert_eq!(whole, Some(base.len()));
+            let mut inputs = vec![base.clone().into_bytes()];
+            for i in 0..base.len() {
+                inputs.push(base.as_bytes()[..i].to_vec());
+                for x in [b'"', b'\\', b'x', b'\n', 0x80] {
+                    let mut m = base.clone().into_bytes();
+                    m[i] = x;
+                    inputs.push(m);
+                }
+            }
+            for input in inputs {
+                assert!(
+                    t.walks_agree(&input),
+                    "{:?}",
+                    String::from_utf8_lossy(&input)
+                );
+            }
+        }
     }
 
     #[test]
