@@ -68,7 +68,7 @@ pub(crate) mod scan;
 pub(crate) mod template;
 
 pub use body::rewrite_body;
-use scan::{ChoiceScan, ChunkScan, ENVELOPE, FastChoice, fast_scan, scan_chunk};
+use scan::{ChoiceScan, ChunkScan, ENVELOPE, FastChoice, fast_scan, has_finish, scan_chunk};
 use template::{ChunkTemplate, Contents, TEMPLATES};
 
 #[derive(Clone, Debug)]
@@ -238,6 +238,9 @@ impl ChatHandler {
         // The hot path: a chunk shaped like a recent one.
         if self.template_hit(f.raw(), d) {
             return self.out.pass(f);
+        }
+        if has_finish(d) {
+            return self.slow_path(f);
         }
         let mut fast = std::mem::take(&mut self.fast);
         let mut holes = std::mem::take(&mut self.holes);

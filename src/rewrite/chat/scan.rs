@@ -16,6 +16,9 @@
 //! every invalid text it does not defer.
 
 use std::ops::Range;
+use std::sync::LazyLock;
+
+use memchr::memmem;
 
 use crate::json::{self, ArrayWalker, Cursor, Field, Invalid, ObjectWalker};
 use crate::rewrite::additions::Existing;
@@ -170,6 +173,20 @@ fn scan_choices(
         out.push(c);
     }
     Ok(a.close() + 1)
+}
+
+/// Whether the chunk `d` has a `"finish_reason":"` (a string finish
+/// reason, written without whitespace, the way upstreams write it): then
+/// it goes straight to the full scan, which the cold path of a finish
+/// chunk needs anyway, instead of being fast-scanned up to its finish
+/// first. (A false positive only means a chunk scanned by the full scan,
+/// which reads the same; a `"` inside a string is escaped, so the pattern
+/// never starts inside one.)
+#[inline]
+pub(crate) fn has_finish(d: &[u8]) -> bool {
+    static FINISH: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"finish_reason\":\""));
+    FINISH.find(d).is_some()
 }
 
 /// What the fast path reads of one choice of a chunk.
