@@ -48,6 +48,10 @@ impl<'a> Cursor<'a> {
     /// Skips whitespace.
     #[inline(always)]
     pub fn ws(&mut self) {
+        // Chunks rarely have whitespace between tokens: one compare.
+        if self.peek() > b' ' {
+            return;
+        }
         while matches!(self.peek(), b' ' | b'\t' | b'\n' | b'\r') {
             self.i += 1;
         }
