@@ -55,7 +55,8 @@ use bytes::Bytes;
 use crate::cite::{Marker, MarkerTracker};
 use crate::json::{self, Invalid, Splice};
 use crate::rewrite::additions::{
-    Existing, add_top_level, annotations_len, cited_set, push_annotations, reframe, splice_event,
+    Existing, add_top_level, annotations_len, cited_set, event_with_top_level, push_annotations,
+    reframe, splice_event,
 };
 use crate::rewrite::driver::{Handler, Out, SseRewriter};
 use crate::rewrite::{MAX_CHOICES, RewriteOptions};
@@ -277,7 +278,7 @@ impl ChatHandler {
         let mut scan = std::mem::take(&mut self.scan);
         let mut scans = std::mem::take(&mut self.scans);
         match scan_chunk(e.data(), &mut scan, &mut scans) {
-            Ok(()) => self.chunk(&e, &scan, &scans),
+            Ok(()) => self.chunk(&e, &scan, &mut scans),
             Err(Invalid) => self.emit(e.raw().clone()),
         }
         self.scan = scan;
@@ -312,10 +313,10 @@ impl ChatHandler {
         Some(&mut self.choices[i])
     }
 
-    fn chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
+    fn chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
         let d = e.data();
         let mut finishing = false;
-        for c in scans {
+        for c in scans.iter() {
             let Some(st) = c.index.and_then(|i| self.choice(i)) else {
                 continue;
             };
@@ -337,10 +338,10 @@ impl ChatHandler {
     ///
     /// Each piece goes out as soon as it is written, each into a buffer
     /// of its exact size (no growth, no intermediate copy).
-    fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
+    fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
         let d = e.data();
-        let ending = self.end_choices(scans);
-        self.finished += ending.len() as u32;
+        self.finished += self.end_choices(scans);
+        let scans = &*scans;
         let mut envelope = std::mem::take(&mut self.last_envelope);
         envelope_members(d, scan, &mut envelope);
         let top = !self.top_done && self.finished >= self.opts.n;
@@ -348,13 +349,15 @@ impl ChatHandler {
 
         let annotate = self.opts.dialect.sources;
         let marked = |h: &Self, i: u32| annotate && !h.choices[i as usize].markers.is_empty();
-        let split = ending.iter().any(|&(k, i)| {
-            marked(self, i) && scans[k].content.as_ref().is_some_and(|r| !r.is_empty())
+        let split = scans.iter().any(|c| {
+            c.ending
+                && c.index.is_some_and(|i| marked(self, i))
+                && c.content.as_ref().is_some_and(|r| !r.is_empty())
         });
         if split {
-            self.out.push(content_part(e, scan, scans, &ending));
+            self.out.push(content_part(e, scan, scans));
         }
-        for &(_, idx) in &ending {
+        for idx in scans.iter().filter(|c| c.ending).filter_map(|c| c.index) {
             if marked(self, idx) {
                 let chunk = self.annotations_chunk(&envelope, idx);
                 self.out.push(chunk);
@@ -365,7 +368,21 @@ impl ChatHandler {
         let mut sp = Splice::new();
         if split {
             if let Some(r) = &scan.choices {
-                sp.replace(r.clone(), finishing_choices(d, scans, &ending));
+                sp.replace(r.clone(), finishing_choices(d, scans));
+            }
+        }
+        if top && !split && scan.existing.is_empty() {
+            // The common finish chunk: written once, at its exact size.
+            let cited = self.cited_set();
+            let grown = event_with_top_level(
+                e,
+                (scan.close, scan.has_members),
+                &self.sources,
+                &self.opts,
+                &cited,
+            );
+            if let Some(ev) = grown {
+                return self.out.push(ev);
             }
         }
         if top {
@@ -396,15 +413,18 @@ impl ChatHandler {
     }
 
     /// Marks the choices that finish in this chunk (first finish only) as
-    /// finished and takes their markers; returns (position in `scans`,
-    /// index) of each.
-    fn end_choices(&mut self, scans: &[ChoiceScan]) -> Vec<(usize, u32)> {
-        let mut ending: Vec<(usize, u32)> = Vec::new();
-        for (k, c) in scans.iter().enumerate() {
+    /// finished, takes their markers and flags their scans `ending`;
+    /// returns how many.
+    fn end_choices(&mut self, scans: &mut [ChoiceScan]) -> u32 {
+        let mut n = 0;
+        for c in scans {
+            c.ending = false;
             let Some(idx) = c.index else { continue };
-            if c.finish.is_none() || ending.iter().any(|&(_, i)| i == idx) {
+            if c.finish.is_none() {
                 continue;
             }
+            // (A second finish of the same index in this chunk finds it
+            // finished.)
             let Some(st) = self.choice(idx) else { continue };
             if st.finished {
                 continue;
@@ -412,9 +432,10 @@ impl ChatHandler {
             st.finished = true;
             st.tracker.finish();
             st.markers = st.tracker.take_markers();
-            ending.push((k, idx));
+            c.ending = true;
+            n += 1;
         }
-        ending
+        n
     }
 
     /// The synthesized chunk carrying choice `idx`'s annotations, framed
@@ -501,16 +522,11 @@ impl ChatHandler {
 
 /// The content part of a finish chunk that is split: `finish_reason: null`
 /// for the `ending` choices, `usage` moved to the finish chunk.
-fn content_part(
-    e: &Event,
-    scan: &ChunkScan,
-    scans: &[ChoiceScan],
-    ending: &[(usize, u32)],
-) -> Bytes {
+fn content_part(e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) -> Bytes {
     let d = e.data();
     let mut sp = Splice::new();
-    for &(k, _) in ending {
-        if let Some(f) = &scans[k].finish {
+    for c in scans.iter().filter(|c| c.ending) {
+        if let Some(f) = &c.finish {
             sp.replace(f.clone(), &b"null"[..]);
         }
     }
@@ -524,10 +540,9 @@ fn content_part(
 
 /// The `choices` array of a split finish chunk: only the `ending` choices,
 /// each with an empty `delta` (and `logprobs: null`).
-fn finishing_choices(d: &[u8], scans: &[ChoiceScan], ending: &[(usize, u32)]) -> Vec<u8> {
+fn finishing_choices(d: &[u8], scans: &[ChoiceScan]) -> Vec<u8> {
     let mut arr = Vec::from(&b"["[..]);
-    for (n, &(k, _)) in ending.iter().enumerate() {
-        let c = &scans[k];
+    for (n, c) in scans.iter().filter(|c| c.ending).enumerate() {
         if n > 0 {
             arr.push(b',');
         }

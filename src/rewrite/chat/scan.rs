@@ -36,6 +36,8 @@ pub(crate) struct ChoiceScan {
     pub(crate) logprobs: Option<Range<usize>>,
     /// `finish_reason` value span when it is a string.
     pub(crate) finish: Option<Range<usize>>,
+    /// The choice finishes here (its first finish; set by the handler).
+    pub(crate) ending: bool,
 }
 
 /// What the scanner reads of one chunk.
