@@ -82,7 +82,9 @@ struct NewMembers<'v> {
 impl NewMembers<'_> {
     fn members(&self) -> impl Iterator<Item = (&'static str, &[u8])> {
         let sources = self.sources.map(|v| ("sources", v));
-        sources.into_iter().chain(self.citations.map(|v| ("citations", v)))
+        sources
+            .into_iter()
+            .chain(self.citations.map(|v| ("citations", v)))
     }
 
     fn len(&self) -> usize {
@@ -136,11 +138,9 @@ pub(crate) fn add_top_level(
         true
     };
     let sources_json = sources.sources_json().as_bytes();
-    let with_sources =
-        opts.dialect.sources && !replaced(sources_json, &existing.sources, splice);
+    let with_sources = opts.dialect.sources && !replaced(sources_json, &existing.sources, splice);
     let citations = citations.as_ref().map(String::as_bytes);
-    let with_citations =
-        citations.is_some_and(|c| !replaced(c, &existing.citations, splice));
+    let with_citations = citations.is_some_and(|c| !replaced(c, &existing.citations, splice));
     let new = NewMembers {
         comma: has_members,
         sources: with_sources.then_some(sources_json),
@@ -284,4 +284,58 @@ pub(crate) fn finish_body(
     let mut out = Vec::with_capacity(b.len() + 1024);
     sp.apply(b, &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::sources::Dialect;
+    use crate::sse::{Frame, Parser};
+
+    fn event(raw: &str) -> Event {
+        let mut p = Parser::new();
+        p.feed(Bytes::copy_from_slice(raw.as_bytes()));
+        match p.next_frame() {
+            Some(Frame::Event(e)) => e,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The direct write of a finish chunk's additions is the general
+    /// splice, byte for byte, in every dialect, with and without members
+    /// before the brace, whitespace and CRLF framing.
+    #[test]
+    fn event_with_top_level_is_the_splice() {
+        let sources = Sources::from_json(
+            br#"[{"title":"A","url":"https://a/"},{"title":"B","url":"https://b/"}]"#,
+        )
+        .expect("sources");
+        for raw in [
+            "data: {\"id\":\"c\",\"choices\":[]}\n\n",
+            "data: {\"id\":\"c\",\"choices\":[] \n }\r\n\r\n",
+            "data:{}\n\n",
+            "event: message\nid: 7\ndata: { }\n\n",
+        ] {
+            let e = event(raw);
+            let d = e.data();
+            let close = d.iter().rposition(|&b| b == b'}').expect("brace");
+            let has_members = d.contains(&b':');
+            for dialect in [Dialect::SOURCES, Dialect::CITATIONS, Dialect::BOTH] {
+                for only_cited in [false, true] {
+                    let mut opts = RewriteOptions::new();
+                    opts.dialect(dialect).only_cited(only_cited);
+                    let cited = [false, false, true];
+                    let mut sp = Splice::new();
+                    let existing = Existing::default();
+                    let at = (close, has_members);
+                    add_top_level(d, at, &existing, &sources, &opts, &cited, &mut sp);
+                    let want = splice_event(&e, &mut sp);
+                    let got = event_with_top_level(&e, at, &sources, &opts, &cited);
+                    assert_eq!(got, Some(want), "{raw:?} {dialect:?} {only_cited}");
+                }
+            }
+        }
+    }
 }

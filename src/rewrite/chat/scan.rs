@@ -20,7 +20,7 @@ use std::sync::LazyLock;
 
 use memchr::memmem;
 
-use crate::json::{self, ArrayWalker, Cursor, Field, Invalid, ObjectWalker};
+use crate::json::{self, Cursor, Field, Invalid, Member};
 use crate::rewrite::additions::Existing;
 
 /// What the scanner reads of one choice in a chunk.
@@ -56,6 +56,9 @@ pub(crate) struct ChunkScan {
 pub(crate) const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "system_fingerprint"];
 
 /// Scans one chunk's JSON. `choices` receives one entry per choice object.
+///
+/// A [`Cursor`] walk like the fast scan's (same grammar, same nesting
+/// depths as [`json::scan_value`]), reading more.
 pub(crate) fn scan_chunk(
     d: &[u8],
     s: &mut ChunkScan,
@@ -65,116 +68,179 @@ pub(crate) fn scan_chunk(
     s.usage = None;
     s.choices = None;
     s.existing.clear();
+    s.has_members = false;
     choices.clear();
-    let start = json::skip_ws(d, 0);
-    let mut w = ObjectWalker::new(d, start, 0)?;
-    while let Some(m) = w.next_member()? {
-        let key = &d[m.key.clone()];
-        if !m.key_escaped && key == b"choices" && d.get(m.value_start) == Some(&b'[') {
-            choices.clear();
-            let end = scan_choices(d, m.value_start, w.depth(), choices)?;
-            s.choices = Some(m.value_start..end);
-            w.value_end(end);
-            continue;
-        }
-        let end = w.skip_value()?;
-        if m.key_escaped {
-            // Rare: compare decoded keys.
-            if m.key_is(d, "choices") {
+    let mut c = Cursor::new(d);
+    c.ws();
+    c.eat(b'{')?;
+    let mut prev_end = None;
+    if !c.empty(b'}') {
+        loop {
+            let (key, key_escaped) = c.string()?;
+            c.ws();
+            c.eat(b':')?;
+            c.ws();
+            let value_start = c.i;
+            if !key_escaped && &d[key.clone()] == b"choices" && c.peek() == b'[' {
                 choices.clear();
-                scan_choices(d, m.value_start, w.depth(), choices).ok();
-                s.choices = Some(m.value_start..end);
-            } else if m.key_is(d, "usage") {
-                s.usage = Some(Field { member: m, end });
-            } else if !s.existing.note(d, &m, end) {
-                if let Some(k) = ENVELOPE.iter().position(|e| m.key_is(d, e)) {
-                    s.envelope[k] = Some(m.value_start..end);
-                }
+                c.i = scan_choices(d, value_start, choices)?;
+                s.choices = Some(value_start..c.i);
+            } else {
+                c.skip(1)?;
+                let m = Member {
+                    key,
+                    key_escaped,
+                    value_start,
+                    prev_end,
+                };
+                top_member(d, m, c.i, s, choices);
             }
-            continue;
-        }
-        match key {
-            b"id" => s.envelope[0] = Some(m.value_start..end),
-            b"object" => s.envelope[1] = Some(m.value_start..end),
-            b"created" => s.envelope[2] = Some(m.value_start..end),
-            b"model" => s.envelope[3] = Some(m.value_start..end),
-            b"system_fingerprint" => s.envelope[4] = Some(m.value_start..end),
-            b"usage" => s.usage = Some(Field { member: m, end }),
-            b"sources" | b"citations" => {
-                s.existing.note(d, &m, end);
+            prev_end = Some(c.i);
+            s.has_members = true;
+            if !c.more(b'}')? {
+                break;
             }
-            _ => {}
         }
     }
-    s.close = w.close();
-    s.has_members = w.has_members();
-    if json::skip_ws(d, s.close + 1) != d.len() {
+    s.close = c.i - 1;
+    c.ws();
+    if c.i != d.len() {
         return Err(Invalid);
     }
     Ok(())
 }
 
-fn scan_choices(
-    d: &[u8],
-    at: usize,
-    depth: u32,
-    out: &mut Vec<ChoiceScan>,
-) -> Result<usize, Invalid> {
-    let mut a = ArrayWalker::new(d, at, depth)?;
-    while let Some(el) = a.next_element()? {
-        if d[el] != b'{' {
-            a.skip_value()?;
-            continue;
-        }
-        let mut c = ChoiceScan {
-            index: Some(0),
-            ..ChoiceScan::default()
-        };
-        let mut w = ObjectWalker::new(d, el, a.depth())?;
-        while let Some(m) = w.next_member()? {
-            // One comparison per key (a length switch), not one per name.
-            let decoded;
-            let key: &[u8] = if m.key_escaped {
-                decoded = json::decode_str(&d[m.key.clone()]);
-                decoded.as_bytes()
-            } else {
-                &d[m.key.clone()]
-            };
-            if key == b"delta" && d[m.value_start] == b'{' {
-                let mut dw = ObjectWalker::new(d, m.value_start, w.depth())?;
-                c.content = None;
-                while let Some(dm) = dw.next_member()? {
-                    let end = dw.skip_value()?;
-                    if dm.key_is(d, "content") {
-                        c.content =
-                            (d[dm.value_start] == b'"').then(|| dm.value_start + 1..end - 1);
-                    }
-                }
-                let end = dw.close() + 1;
-                w.value_end(end);
-                c.delta = Some(m.value_start..end);
-                continue;
+/// A top-level member other than an unescaped `choices` array, its value
+/// (valid) ending at `end`.
+fn top_member(d: &[u8], m: Member, end: usize, s: &mut ChunkScan, choices: &mut Vec<ChoiceScan>) {
+    if m.key_escaped {
+        // Rare: compare decoded keys.
+        if m.key_is(d, "choices") {
+            choices.clear();
+            scan_choices(d, m.value_start, choices).ok();
+            s.choices = Some(m.value_start..end);
+        } else if m.key_is(d, "usage") {
+            s.usage = Some(Field { member: m, end });
+        } else if !s.existing.note(d, &m, end) {
+            if let Some(k) = ENVELOPE.iter().position(|e| m.key_is(d, e)) {
+                s.envelope[k] = Some(m.value_start..end);
             }
-            let end = w.skip_value()?;
+        }
+        return;
+    }
+    match &d[m.key.clone()] {
+        b"id" => s.envelope[0] = Some(m.value_start..end),
+        b"object" => s.envelope[1] = Some(m.value_start..end),
+        b"created" => s.envelope[2] = Some(m.value_start..end),
+        b"model" => s.envelope[3] = Some(m.value_start..end),
+        b"system_fingerprint" => s.envelope[4] = Some(m.value_start..end),
+        b"usage" => s.usage = Some(Field { member: m, end }),
+        b"sources" | b"citations" => {
+            s.existing.note(d, &m, end);
+        }
+        _ => {}
+    }
+}
+
+/// The `choices` array at `d[at]` (a `[`); returns its end.
+fn scan_choices(d: &[u8], at: usize, out: &mut Vec<ChoiceScan>) -> Result<usize, Invalid> {
+    let mut c = Cursor::new(d);
+    c.i = at;
+    c.eat(b'[')?;
+    if !c.empty(b']') {
+        loop {
+            if c.peek() == b'{' {
+                let start = c.i;
+                let mut choice = scan_choice(&mut c)?;
+                choice.span = start..c.i;
+                out.push(choice);
+            } else {
+                c.skip(2)?;
+            }
+            if !c.more(b']')? {
+                break;
+            }
+        }
+    }
+    Ok(c.i)
+}
+
+/// One choice object (cursor on its `{`, left after its `}`).
+fn scan_choice(c: &mut Cursor<'_>) -> Result<ChoiceScan, Invalid> {
+    let d = c.b;
+    let mut ch = ChoiceScan {
+        index: Some(0),
+        ..ChoiceScan::default()
+    };
+    c.i += 1;
+    if c.empty(b'}') {
+        return Ok(ch);
+    }
+    loop {
+        let (k, escaped) = c.string()?;
+        c.ws();
+        c.eat(b':')?;
+        c.ws();
+        // One comparison per key (a length switch), not one per name.
+        let decoded;
+        let key: &[u8] = if escaped {
+            decoded = json::decode_str(&d[k]);
+            decoded.as_bytes()
+        } else {
+            &d[k]
+        };
+        let start = c.i;
+        if key == b"delta" && c.peek() == b'{' {
+            ch.content = scan_delta(c)?;
+            ch.delta = Some(start..c.i);
+        } else {
+            c.skip(3)?;
+            let end = c.i;
             match key {
-                b"index" => c.index = json::parse_u32(&d[m.value_start..end]),
-                b"finish_reason" => {
-                    c.finish = (d[m.value_start] == b'"').then_some(m.value_start..end);
-                }
-                b"logprobs" => c.logprobs = Some(m.value_start..end),
+                b"index" => ch.index = json::parse_u32(&d[start..end]),
+                b"finish_reason" => ch.finish = (d[start] == b'"').then_some(start..end),
+                b"logprobs" => ch.logprobs = Some(start..end),
                 b"delta" => {
-                    c.delta = Some(m.value_start..end);
-                    c.content = None;
+                    ch.delta = Some(start..end);
+                    ch.content = None;
                 }
                 _ => {}
             }
         }
-        let end = w.close() + 1;
-        a.value_end(end);
-        c.span = el..end;
-        out.push(c);
+        if !c.more(b'}')? {
+            return Ok(ch);
+        }
     }
-    Ok(a.close() + 1)
+}
+
+/// A `delta` object (cursor on its `{`, left after its `}`): the raw body
+/// of its last `content` member when that is a string.
+fn scan_delta(c: &mut Cursor<'_>) -> Result<Option<Range<usize>>, Invalid> {
+    let d = c.b;
+    let mut content = None;
+    c.i += 1;
+    if c.empty(b'}') {
+        return Ok(content);
+    }
+    loop {
+        let (k, escaped) = c.string()?;
+        c.ws();
+        c.eat(b':')?;
+        c.ws();
+        let start = c.i;
+        c.skip(4)?;
+        let is_content = if escaped {
+            json::decode_str(&d[k]) == "content"
+        } else {
+            &d[k] == b"content"
+        };
+        if is_content {
+            content = (d[start] == b'"').then(|| start + 1..c.i - 1);
+        }
+        if !c.more(b'}')? {
+            return Ok(content);
+        }
+    }
 }
 
 /// Whether the chunk `d` has a `"finish_reason":"` (a string finish
@@ -426,6 +492,30 @@ mod tests {
         );
         let (_, holes) = fast(&cited).unwrap().unwrap();
         assert_eq!(holes, [r#""assistant""#, r#""{}""#, "3"]);
+    }
+
+    #[test]
+    fn has_finish_finds_string_finish_reasons_outside_strings() {
+        for (d, want) in [
+            (
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":null}]}"#,
+                false,
+            ),
+            // Escaped inside a string: not the pattern.
+            (
+                r#"{"choices":[{"delta":{"content":""finish_reason":"x"}}]}"#,
+                false,
+            ),
+            // With whitespace: missed (the fast scan then defers).
+            (r#"{"choices":[{"finish_reason": "stop"}]}"#, false),
+            ("", false),
+        ] {
+            assert_eq!(has_finish(d.as_bytes()), want, "{d}");
+        }
     }
 
     #[test]
