@@ -314,7 +314,7 @@ mod tests {
         .expect("sources");
         for raw in [
             "data: {\"id\":\"c\",\"choices\":[]}\n\n",
-            "data: {\"id\":\"c\",\"choices\":[] \n }\r\n\r\n",
+            "data: {\"id\":\"c\",\"choices\":[] \t }\r\n\r\n",
             "data:{}\n\n",
             "event: message\nid: 7\ndata: { }\n\n",
         ] {

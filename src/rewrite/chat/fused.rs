@@ -70,10 +70,7 @@ impl ChatHandler {
     /// twice per stream, so a template of one would cost its learning and
     /// evict one of the content chunks' templates for nothing.
     pub(super) fn learn(&mut self, f: &FrameRef<'_>, fast: &[FastChoice], holes: &[Range<usize>]) {
-        if fast.is_empty()
-            || fast.len() > MAX_CONTENTS
-            || fast.iter().any(|c| c.index.is_none())
-        {
+        if fast.is_empty() || fast.len() > MAX_CONTENTS || fast.iter().any(|c| c.index.is_none()) {
             return;
         }
         let (raw, d) = (f.raw(), f.data());

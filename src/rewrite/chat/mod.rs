@@ -69,7 +69,9 @@ pub(crate) mod scan;
 pub(crate) mod template;
 
 pub use body::rewrite_body;
-use scan::{ChoiceScan, ChunkScan, ENVELOPE, FastChoice, fast_scan, has_finish, scan_chunk};
+use scan::{
+    ChoiceScan, ChunkScan, ENVELOPE, FastChoice, ScanPrefix, fast_scan, has_finish, scan_chunk,
+};
 use template::{ChunkTemplate, Contents, TEMPLATES};
 
 #[derive(Clone, Debug)]
@@ -142,6 +144,8 @@ pub struct ChatHandler {
     scans: Vec<ChoiceScan>,
     fast: Vec<FastChoice>,
     holes: Vec<Range<usize>>,
+    /// The envelope of a recent chunk, validated (for the fast scan).
+    prefix: ScanPrefix,
     templates: [ChunkTemplate; TEMPLATES],
     /// The template slot to learn into next.
     next_template: usize,
@@ -175,6 +179,7 @@ impl ChatStream {
                 scans: Vec::with_capacity(2),
                 fast: Vec::with_capacity(2),
                 holes: Vec::with_capacity(json::MAX_HOLES),
+                prefix: ScanPrefix::default(),
                 templates: Default::default(),
                 next_template: 0,
                 found: Contents::default(),
@@ -245,7 +250,7 @@ impl ChatHandler {
         }
         let mut fast = std::mem::take(&mut self.fast);
         let mut holes = std::mem::take(&mut self.holes);
-        match fast_scan(d, &mut fast, &mut holes) {
+        match fast_scan(d, &mut fast, &mut holes, Some(&mut self.prefix)) {
             Err(Invalid) => self.out.pass(f),
             Ok(true) => {
                 for fc in &fast {

@@ -266,6 +266,35 @@ pub(crate) struct FastChoice {
     pub(crate) content: Option<Range<usize>>,
 }
 
+/// The validated start of a recent chunk: its bytes up to its first
+/// top-level `choices` key, when members without holes (the envelope:
+/// `id`, `object`, `created`, `model`, …, the same in every chunk of a
+/// stream) come before it. A chunk that starts with the same bytes reads
+/// the same up to there (the same bytes parse the same way), so the fast
+/// scan compares them (one `memcmp`) instead of scanning them again.
+#[derive(Debug, Default)]
+pub(crate) struct ScanPrefix {
+    bytes: Vec<u8>,
+}
+
+/// Longest [`ScanPrefix`] kept.
+const MAX_PREFIX: usize = 512;
+
+impl ScanPrefix {
+    /// Where the fast scan of `d` goes on (after the comma before a
+    /// top-level key, maybe in whitespace) when `d` starts with the prefix.
+    #[inline]
+    fn resume(&self, d: &[u8]) -> Option<usize> {
+        let n = self.bytes.len();
+        (n > 0 && d.get(..n)? == self.bytes.as_slice()).then_some(n)
+    }
+
+    fn record(&mut self, prefix: &[u8]) {
+        self.bytes.clear();
+        self.bytes.extend_from_slice(prefix);
+    }
+}
+
 /// The hot path's scan of one chunk: validates the whole JSON text and
 /// reads `choices[].index` and `choices[].delta.content`. Returns
 /// `Ok(false)` (the complete scanner decides) when a key has escapes
@@ -273,60 +302,86 @@ pub(crate) struct FastChoice {
 /// finish chunk takes the cold path, which needs the full scan anyway,
 /// so it is scanned once. (Invalid JSON after that point is the full
 /// scan's to reject.)
+///
+/// With `prefix`, a chunk starting like the one it holds is read from
+/// where that one's `choices` began, and the prefix is learned from a
+/// chunk that does not.
 pub(crate) fn fast_scan(
     d: &[u8],
     out: &mut Vec<FastChoice>,
     holes: &mut Vec<Range<usize>>,
+    mut prefix: Option<&mut ScanPrefix>,
 ) -> Result<bool, Invalid> {
     out.clear();
     holes.clear();
     // Room for all the holes recorded at once, not doubling from 2.
     holes.reserve(json::MAX_HOLES);
     let mut c = Cursor::new(d);
-    c.ws();
-    c.eat(b'{')?;
-    if !c.empty(b'}') {
-        loop {
-            let Some(k) = c.key()? else { return Ok(false) };
-            let key = &d[k];
-            if key == b"choices" && c.peek() == b'[' {
-                c.i += 1;
-                out.clear();
-                if !c.empty(b']') {
-                    loop {
-                        if c.peek() == b'{' {
-                            if !fast_choice(&mut c, out, holes)? {
-                                return Ok(false);
-                            }
-                        } else {
-                            c.skip(2)?;
+    let resumed = prefix.as_deref().and_then(|p| p.resume(d));
+    // Learn the prefix at the first `choices` key, unless resumed there.
+    let mut learn = resumed.is_none();
+    let mut more = match resumed {
+        // (After a comma: a key must follow.)
+        Some(at) => {
+            c.i = at;
+            c.ws();
+            true
+        }
+        None => {
+            c.ws();
+            c.eat(b'{')?;
+            !c.empty(b'}')
+        }
+    };
+    let mut members = 0;
+    while more {
+        let key_at = c.i;
+        let Some(k) = c.key()? else { return Ok(false) };
+        let key = &d[k];
+        if key == b"choices" && c.peek() == b'[' {
+            // (After a comma, and no hole before: one that varies would
+            // make the prefix differ from chunk to chunk.)
+            if learn && members > 0 && holes.is_empty() && key_at <= MAX_PREFIX {
+                if let Some(p) = prefix.as_deref_mut() {
+                    p.record(&d[..key_at]);
+                }
+            }
+            learn = false;
+            c.i += 1;
+            out.clear();
+            if !c.empty(b']') {
+                loop {
+                    if c.peek() == b'{' {
+                        if !fast_choice(&mut c, out, holes)? {
+                            return Ok(false);
                         }
-                        if !c.more(b']')? {
-                            break;
-                        }
+                    } else {
+                        c.skip(2)?;
+                    }
+                    if !c.more(b']')? {
+                        break;
                     }
                 }
-            } else if matches!(
-                key,
-                b"id" | b"object" | b"created" | b"model" | b"system_fingerprint"
-            ) {
-                // The envelope: the same in every chunk of a stream.
-                c.skip(1)?;
-            } else if matches!(c.peek(), b'[' | b'{') {
-                // Inside other top-level arrays and objects numbers vary
-                // (a running `usage`) but strings repeat (Perplexity's
-                // `citations`): only the numbers are holes. (A string
-                // that does change only makes the template miss.)
-                c.skip_number_holes(1, holes)?;
-            } else {
-                // Other top-level strings and numbers may vary from chunk
-                // to chunk (`obfuscation`): holes in a learned template.
-                c.skip_holes(1, holes)?;
             }
-            if !c.more(b'}')? {
-                break;
-            }
+        } else if matches!(
+            key,
+            b"id" | b"object" | b"created" | b"model" | b"system_fingerprint"
+        ) {
+            // The envelope: the same in every chunk of a stream.
+            c.skip(1)?;
+        } else if matches!(c.peek(), b'[' | b'{') {
+            // Inside other top-level arrays and objects numbers vary
+            // (a running `usage`) but strings repeat (Perplexity's
+            // `citations`): only the numbers are holes. (A string
+            // that does change only makes the template miss.)
+            c.skip_number_holes(1, holes)?;
+        } else {
+            // Other top-level strings and numbers may vary from chunk
+            // to chunk (`obfuscation`): holes in a learned template.
+            c.skip_holes(1, holes)?;
         }
+        members += 1;
+        more = c.more(b'}')?;
     }
     c.ws();
     if c.i != d.len() {
@@ -418,7 +473,7 @@ mod tests {
     /// `Ok(None)`: the fast scan defers to the full scan.
     fn fast(d: &str) -> Result<Option<(Read, Vec<String>)>, Invalid> {
         let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        if !fast_scan(d.as_bytes(), &mut cs, &mut holes)? {
+        if !fast_scan(d.as_bytes(), &mut cs, &mut holes, None)? {
             return Ok(None);
         }
         let read = cs
@@ -494,6 +549,47 @@ mod tests {
         assert_eq!(holes, [r#""assistant""#, r#""{}""#, "3"]);
     }
 
+    /// The fast scan reads the same with a prefix learned from earlier
+    /// chunks as without, chunk after chunk (valid, invalid, deferred, with
+    /// and without the prefix, cut anywhere after it).
+    #[test]
+    fn a_learned_prefix_reads_the_same() {
+        let env = r#"{"id":"c","object":"o","created":1,"#;
+        let mut chunks: Vec<String> = vec![
+            format!(r#"{env}"choices":[{{"index":0,"delta":{{"content":"a"}}}}]}}"#),
+            format!(r#"{env}"choices":[{{"index":1,"delta":{{"content":"b"}}}}],"x":"y"}}"#),
+            format!(r#"{env} "choices":[]}}"#),
+            format!(r#"{env}"choices":[{{"finish_reason":"stop"}}]}}"#),
+            format!(r#"{env}"choic\u0065s":[]}}"#),
+            format!(r#"{env}"usage":{{"n":1}},"choices":[]}}"#),
+            format!(r#"{env}}}"#),
+            format!(r#"{env}"choices":[{{"index":0,"delta":{{"content":"a"}}}}]"#),
+            r#"{"choices":[{"index":0,"delta":{"content":"a"}}],"id":"c"}"#.to_owned(),
+            format!("{env}"),
+        ];
+        let first = chunks[0].clone();
+        for cut in env.len()..first.len() {
+            chunks.push(first[..cut].to_owned());
+            chunks.push(format!("{}}}", &first[..cut]));
+        }
+        let mut prefix = ScanPrefix::default();
+        for _ in 0..2 {
+            for d in &chunks {
+                let (mut cs, mut holes) = (Vec::new(), Vec::new());
+                let got = fast_scan(d.as_bytes(), &mut cs, &mut holes, Some(&mut prefix));
+                let read = |cs: &[FastChoice]| -> Vec<_> {
+                    cs.iter().map(|c| (c.index, c.content.clone())).collect()
+                };
+                let got = got.map(|ok| (ok, read(&cs), holes.clone()));
+                let (mut cs, mut holes) = (Vec::new(), Vec::new());
+                let want = fast_scan(d.as_bytes(), &mut cs, &mut holes, None);
+                let want = want.map(|ok| (ok, read(&cs), holes));
+                assert_eq!(got, want, "{d}");
+            }
+        }
+        assert_eq!(prefix.bytes, env.as_bytes());
+    }
+
     #[test]
     fn has_finish_finds_string_finish_reasons_outside_strings() {
         for (d, want) in [
@@ -507,7 +603,7 @@ mod tests {
             ),
             // Escaped inside a string: not the pattern.
             (
-                r#"{"choices":[{"delta":{"content":""finish_reason":"x"}}]}"#,
+                r#"{"choices":[{"delta":{"content":"\"finish_reason\":\"x"}}]}"#,
                 false,
             ),
             // With whitespace: missed (the fast scan then defers).

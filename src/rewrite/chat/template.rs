@@ -345,7 +345,7 @@ mod tests {
     /// The template learned from `d` the way the handler learns it.
     fn learned(d: &str) -> ChunkTemplate {
         let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes).unwrap());
+        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
         let mut t = ChunkTemplate::default();
         let contents = cs
             .iter()
@@ -455,7 +455,7 @@ mod tests {
     fn framed_templates_match_events_at_the_start_of_a_piece() {
         let ev = format!("data: {CHUNK}\n\n");
         let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        assert!(fast_scan(CHUNK.as_bytes(), &mut cs, &mut holes).unwrap());
+        assert!(fast_scan(CHUNK.as_bytes(), &mut cs, &mut holes, None).unwrap());
         let mut t = ChunkTemplate::default();
         let contents = cs.iter().map(|c| (2, c.content.clone().unwrap()));
         t.learn(ev.as_bytes(), 6, true, contents, &holes);
