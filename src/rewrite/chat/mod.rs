@@ -176,9 +176,11 @@ impl ChatStream {
                 last_envelope: Vec::new(),
                 out: Out::default(),
                 scan: ChunkScan::default(),
-                scans: Vec::with_capacity(2),
-                fast: Vec::with_capacity(2),
-                holes: Vec::with_capacity(json::MAX_HOLES),
+                // (Allocated on first use: a stream of only `[DONE]` or
+                // errors needs none of them.)
+                scans: Vec::new(),
+                fast: Vec::new(),
+                holes: Vec::new(),
                 prefix: ScanPrefix::default(),
                 templates: Default::default(),
                 next_template: 0,

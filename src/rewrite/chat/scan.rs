@@ -13,7 +13,14 @@
 //! scan does not defer, both read the same index and content for every
 //! choice and no finish (the `chat_scan` fuzz target checks this, and
 //! templates against both); the fast scan rejects only invalid texts, and
-//! every invalid text it does not defer.
+//! every invalid text it does not defer. Both are [`Cursor`] walks with
+//! the same grammar and nesting depths as [`json::scan_value`].
+//!
+//! Two shortcuts, neither changing what is read: [`has_finish`] sends a
+//! chunk with a string `finish_reason` straight to the full scan (no fast
+//! scan up to its finish first), and a [`ScanPrefix`] lets the fast scan
+//! compare a chunk's envelope with a recent chunk's, already validated,
+//! instead of scanning it again.
 
 use std::ops::Range;
 use std::sync::LazyLock;
