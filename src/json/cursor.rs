@@ -175,6 +175,11 @@ impl<'a> Cursor<'a> {
                 push_hole(holes, s..self.i);
                 Ok(())
             }
+            // With the list full, no more holes: plain validation.
+            b'{' | b'[' if holes.len() >= MAX_HOLES => {
+                self.i = scan_value(self.b, self.i, depth)?;
+                Ok(())
+            }
             b'{' | b'[' => self.container_holes::<STRINGS>(depth, holes),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
