@@ -21,7 +21,7 @@ pub type ChoiceRead = (Option<u32>, Option<Range<usize>>, bool);
 pub fn fast_scan(d: &[u8]) -> Result<Option<Vec<ChoiceRead>>, Invalid> {
     let mut out = Vec::new();
     let mut holes = Vec::new();
-    if !crate::rewrite::chat::scan::fast_scan(d, &mut out, &mut holes)? {
+    if !crate::rewrite::chat::scan::fast_scan(d, &mut out, &mut holes, None)? {
         return Ok(None);
     }
     Ok(Some(
@@ -66,7 +66,7 @@ pub fn template_match(
     let mut holes = Vec::new();
     let none = vec![None; candidates.len()];
     if !matches!(
-        crate::rewrite::chat::scan::fast_scan(learn, &mut out, &mut holes),
+        crate::rewrite::chat::scan::fast_scan(learn, &mut out, &mut holes, None),
         Ok(true)
     ) || out.len() > MAX_CONTENTS
         || out.iter().any(|c| c.index.is_none())

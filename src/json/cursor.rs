@@ -48,6 +48,10 @@ impl<'a> Cursor<'a> {
     /// Skips whitespace.
     #[inline(always)]
     pub fn ws(&mut self) {
+        // Chunks rarely have whitespace between tokens: one compare.
+        if self.peek() > b' ' {
+            return;
+        }
         while matches!(self.peek(), b' ' | b'\t' | b'\n' | b'\r') {
             self.i += 1;
         }
@@ -109,9 +113,14 @@ impl<'a> Cursor<'a> {
     /// Skips (validating) any value at `depth`.
     #[inline]
     pub fn skip(&mut self, depth: u32) -> Result<(), Invalid> {
+        // Scalars here (an `index`, `created`, a `null`), without the
+        // container machinery of `scan_value`.
         match self.peek() {
             b'"' => self.i = scan_string(self.b, self.i)?.0,
-            b'n' if self.b.get(self.i..self.i + 4) == Some(b"null") => self.i += 4,
+            b'-' | b'0'..=b'9' => self.i = scan_number(self.b, self.i)?,
+            b'n' => self.literal(b"null")?,
+            b't' => self.literal(b"true")?,
+            b'f' => self.literal(b"false")?,
             _ => self.i = scan_value(self.b, self.i, depth)?,
         }
         Ok(())
@@ -164,6 +173,11 @@ impl<'a> Cursor<'a> {
                 let s = self.i;
                 self.i = scan_number(self.b, self.i)?;
                 push_hole(holes, s..self.i);
+                Ok(())
+            }
+            // With the list full, no more holes: plain validation.
+            b'{' | b'[' if holes.len() >= MAX_HOLES => {
+                self.i = scan_value(self.b, self.i, depth)?;
                 Ok(())
             }
             b'{' | b'[' => self.container_holes::<STRINGS>(depth, holes),

@@ -28,6 +28,11 @@ pub(crate) struct Existing {
 }
 
 impl Existing {
+    /// Whether the object has neither member.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.sources.is_empty() && self.citations.is_empty()
+    }
+
     pub(crate) fn clear(&mut self) {
         self.sources.clear();
         self.citations.clear();
@@ -53,6 +58,61 @@ impl Existing {
     }
 }
 
+/// The `citations` value when the dialect has it (only the cited numbers
+/// with `only_cited`; `cited` is indexed by number).
+fn citations_value(sources: &Sources, opts: &RewriteOptions, cited: &[bool]) -> Option<String> {
+    let cited = |n: u32| cited.get(n as usize).copied().unwrap_or(false);
+    opts.dialect.citations.then(|| {
+        if opts.only_cited {
+            sources.citations_json(cited)
+        } else {
+            sources.citations_json(|_| true)
+        }
+    })
+}
+
+/// The new members `,"sources":…,"citations":…` (each when given; no
+/// leading comma when `comma` is false): their length, and writing them.
+struct NewMembers<'v> {
+    comma: bool,
+    sources: Option<&'v [u8]>,
+    citations: Option<&'v [u8]>,
+}
+
+impl NewMembers<'_> {
+    fn members(&self) -> impl Iterator<Item = (&'static str, &[u8])> {
+        let sources = self.sources.map(|v| ("sources", v));
+        sources
+            .into_iter()
+            .chain(self.citations.map(|v| ("citations", v)))
+    }
+
+    fn len(&self) -> usize {
+        let mut comma = self.comma;
+        self.members()
+            .map(|(name, v)| {
+                let n = usize::from(comma) + name.len() + 3 + v.len();
+                comma = true;
+                n
+            })
+            .sum()
+    }
+
+    fn push(&self, out: &mut Vec<u8>) {
+        let mut comma = self.comma;
+        for (name, value) in self.members() {
+            if comma {
+                out.push(b',');
+            }
+            comma = true;
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":");
+            out.extend_from_slice(value);
+        }
+    }
+}
+
 /// Adds the top-level `sources` / `citations` members to the object whose
 /// closing brace is at `close`: replacing the first upstream member of the
 /// same name, removing any further ones, else inserting before the brace.
@@ -65,52 +125,65 @@ pub(crate) fn add_top_level(
     cited: &[bool],
     splice: &mut Splice,
 ) {
-    let cited = |n: u32| cited.get(n as usize).copied().unwrap_or(false);
-    let citations = opts.dialect.citations.then(|| {
-        if opts.only_cited {
-            sources.citations_json(cited)
-        } else {
-            sources.citations_json(|_| true)
+    let citations = citations_value(sources, opts, cited);
+    // Whether an upstream member was there (then replaced by `value`).
+    let replaced = |value: &[u8], found: &[Field], splice: &mut Splice| {
+        let Some((first, rest)) = found.split_first() else {
+            return false;
+        };
+        splice.replace(first.value(), value.to_vec());
+        for f in rest {
+            splice.replace(json::removal_span(b, &f.member, f.end), Vec::new());
         }
-    });
-    // `,"sources":…,"citations":…`, sized once.
-    let mut tail = Vec::with_capacity(
-        usize::from(opts.dialect.sources) * (sources.sources_json().len() + 12)
-            + citations.as_ref().map_or(0, |c| c.len() + 14),
-    );
-    let mut comma = has_members;
-    let mut put = |name: &str, value: &[u8], found: &[Field], splice: &mut Splice| {
-        if let Some((first, rest)) = found.split_first() {
-            splice.replace(first.value(), value.to_vec());
-            for f in rest {
-                splice.replace(json::removal_span(b, &f.member, f.end), Vec::new());
-            }
-        } else {
-            if comma {
-                tail.push(b',');
-            }
-            comma = true;
-            tail.push(b'"');
-            tail.extend_from_slice(name.as_bytes());
-            tail.extend_from_slice(b"\":");
-            tail.extend_from_slice(value);
-        }
+        true
     };
-    if opts.dialect.sources {
-        put(
-            "sources",
-            sources.sources_json().as_bytes(),
-            &existing.sources,
-            splice,
-        );
-    }
-    if let Some(c) = &citations {
-        put("citations", c.as_bytes(), &existing.citations, splice);
-    }
-    if !tail.is_empty() {
+    let sources_json = sources.sources_json().as_bytes();
+    let with_sources = opts.dialect.sources && !replaced(sources_json, &existing.sources, splice);
+    let citations = citations.as_ref().map(String::as_bytes);
+    let with_citations = citations.is_some_and(|c| !replaced(c, &existing.citations, splice));
+    let new = NewMembers {
+        comma: has_members,
+        sources: with_sources.then_some(sources_json),
+        citations: citations.filter(|_| with_citations),
+    };
+    if new.sources.is_some() || new.citations.is_some() {
+        // Sized once.
+        let mut tail = Vec::with_capacity(new.len());
+        new.push(&mut tail);
         let at = json::insert_point(b, close);
         splice.replace(at..at, tail);
     }
+}
+
+/// The event `e` whose data is one line in its raw bytes (`data_range`
+/// is `Some`) and an object without upstream `sources` / `citations`
+/// (closing brace at `close`), with the top-level members inserted:
+/// [`add_top_level`] + [`splice_event`] written straight into one buffer
+/// of the exact size (no edit list, no intermediate copy).
+pub(crate) fn event_with_top_level(
+    e: &Event,
+    (close, has_members): (usize, bool),
+    sources: &Sources,
+    opts: &RewriteOptions,
+    cited: &[bool],
+) -> Option<Bytes> {
+    let r = e.data_range()?;
+    let citations = citations_value(sources, opts, cited);
+    let new = NewMembers {
+        comma: has_members,
+        sources: opts
+            .dialect
+            .sources
+            .then(|| sources.sources_json().as_bytes()),
+        citations: citations.as_ref().map(String::as_bytes),
+    };
+    let raw = e.raw();
+    let at = r.start + json::insert_point(e.data(), close);
+    let mut out = Vec::with_capacity(raw.len() + new.len());
+    out.extend_from_slice(&raw[..at]);
+    new.push(&mut out);
+    out.extend_from_slice(&raw[at..]);
+    Some(Bytes::from(out))
 }
 
 /// The number of bytes [`push_annotations`] appends for `markers`.
@@ -211,4 +284,58 @@ pub(crate) fn finish_body(
     let mut out = Vec::with_capacity(b.len() + 1024);
     sp.apply(b, &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::sources::Dialect;
+    use crate::sse::{Frame, Parser};
+
+    fn event(raw: &str) -> Event {
+        let mut p = Parser::new();
+        p.feed(Bytes::copy_from_slice(raw.as_bytes()));
+        match p.next_frame() {
+            Some(Frame::Event(e)) => e,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The direct write of a finish chunk's additions is the general
+    /// splice, byte for byte, in every dialect, with and without members
+    /// before the brace, whitespace and CRLF framing.
+    #[test]
+    fn event_with_top_level_is_the_splice() {
+        let sources = Sources::from_json(
+            br#"[{"title":"A","url":"https://a/"},{"title":"B","url":"https://b/"}]"#,
+        )
+        .expect("sources");
+        for raw in [
+            "data: {\"id\":\"c\",\"choices\":[]}\n\n",
+            "data: {\"id\":\"c\",\"choices\":[] \t }\r\n\r\n",
+            "data:{}\n\n",
+            "event: message\nid: 7\ndata: { }\n\n",
+        ] {
+            let e = event(raw);
+            let d = e.data();
+            let close = d.iter().rposition(|&b| b == b'}').expect("brace");
+            let has_members = d.contains(&b':');
+            for dialect in [Dialect::SOURCES, Dialect::CITATIONS, Dialect::BOTH] {
+                for only_cited in [false, true] {
+                    let mut opts = RewriteOptions::new();
+                    opts.dialect(dialect).only_cited(only_cited);
+                    let cited = [false, false, true];
+                    let mut sp = Splice::new();
+                    let existing = Existing::default();
+                    let at = (close, has_members);
+                    add_top_level(d, at, &existing, &sources, &opts, &cited, &mut sp);
+                    let want = splice_event(&e, &mut sp);
+                    let got = event_with_top_level(&e, at, &sources, &opts, &cited);
+                    assert_eq!(got, Some(want), "{raw:?} {dialect:?} {only_cited}");
+                }
+            }
+        }
+    }
 }

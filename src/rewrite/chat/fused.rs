@@ -61,11 +61,16 @@ impl ChatHandler {
     }
 
     /// Learns a template from a chunk the fast scan read as `fast` (with
-    /// the varying tokens `holes`), when no choice finishes in it and every
-    /// index is a `u32`: framed when the event is exactly `data: ` + the
-    /// data + `\n\n`.
+    /// the varying tokens `holes`), when no choice finishes in it, it has
+    /// choices and every index is a `u32`: framed when the event is
+    /// exactly `data: ` + the data + `\n\n`.
+    ///
+    /// A chunk without choices (a `usage`, a content filter or moderation
+    /// result, an error object) is not learned: such chunks come once or
+    /// twice per stream, so a template of one would cost its learning and
+    /// evict one of the content chunks' templates for nothing.
     pub(super) fn learn(&mut self, f: &FrameRef<'_>, fast: &[FastChoice], holes: &[Range<usize>]) {
-        if fast.len() > MAX_CONTENTS || fast.iter().any(|c| c.index.is_none()) {
+        if fast.is_empty() || fast.len() > MAX_CONTENTS || fast.iter().any(|c| c.index.is_none()) {
             return;
         }
         let (raw, d) = (f.raw(), f.data());

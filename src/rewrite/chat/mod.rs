@@ -55,7 +55,8 @@ use bytes::Bytes;
 use crate::cite::{Marker, MarkerTracker};
 use crate::json::{self, Invalid, Splice};
 use crate::rewrite::additions::{
-    Existing, add_top_level, annotations_len, cited_set, push_annotations, reframe, splice_event,
+    Existing, add_top_level, annotations_len, cited_set, event_with_top_level, push_annotations,
+    reframe, splice_event,
 };
 use crate::rewrite::driver::{Handler, Out, SseRewriter};
 use crate::rewrite::{MAX_CHOICES, RewriteOptions};
@@ -68,7 +69,9 @@ pub(crate) mod scan;
 pub(crate) mod template;
 
 pub use body::rewrite_body;
-use scan::{ChoiceScan, ChunkScan, ENVELOPE, FastChoice, fast_scan, scan_chunk};
+use scan::{
+    ChoiceScan, ChunkScan, ENVELOPE, FastChoice, ScanPrefix, fast_scan, has_finish, scan_chunk,
+};
 use template::{ChunkTemplate, Contents, TEMPLATES};
 
 #[derive(Clone, Debug)]
@@ -141,6 +144,8 @@ pub struct ChatHandler {
     scans: Vec<ChoiceScan>,
     fast: Vec<FastChoice>,
     holes: Vec<Range<usize>>,
+    /// The envelope of a recent chunk, validated (for the fast scan).
+    prefix: ScanPrefix,
     templates: [ChunkTemplate; TEMPLATES],
     /// The template slot to learn into next.
     next_template: usize,
@@ -171,9 +176,12 @@ impl ChatStream {
                 last_envelope: Vec::new(),
                 out: Out::default(),
                 scan: ChunkScan::default(),
-                scans: Vec::with_capacity(2),
-                fast: Vec::with_capacity(2),
-                holes: Vec::with_capacity(json::MAX_HOLES),
+                // (Allocated on first use: a stream of only `[DONE]` or
+                // errors needs none of them.)
+                scans: Vec::new(),
+                fast: Vec::new(),
+                holes: Vec::new(),
+                prefix: ScanPrefix::default(),
                 templates: Default::default(),
                 next_template: 0,
                 found: Contents::default(),
@@ -239,9 +247,12 @@ impl ChatHandler {
         if self.template_hit(f.raw(), d) {
             return self.out.pass(f);
         }
+        if has_finish(d) {
+            return self.slow_path(f);
+        }
         let mut fast = std::mem::take(&mut self.fast);
         let mut holes = std::mem::take(&mut self.holes);
-        match fast_scan(d, &mut fast, &mut holes) {
+        match fast_scan(d, &mut fast, &mut holes, Some(&mut self.prefix)) {
             Err(Invalid) => self.out.pass(f),
             Ok(true) => {
                 for fc in &fast {
@@ -274,7 +285,7 @@ impl ChatHandler {
         let mut scan = std::mem::take(&mut self.scan);
         let mut scans = std::mem::take(&mut self.scans);
         match scan_chunk(e.data(), &mut scan, &mut scans) {
-            Ok(()) => self.chunk(&e, &scan, &scans),
+            Ok(()) => self.chunk(&e, &scan, &mut scans),
             Err(Invalid) => self.emit(e.raw().clone()),
         }
         self.scan = scan;
@@ -309,10 +320,10 @@ impl ChatHandler {
         Some(&mut self.choices[i])
     }
 
-    fn chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
+    fn chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
         let d = e.data();
         let mut finishing = false;
-        for c in scans {
+        for c in scans.iter() {
             let Some(st) = c.index.and_then(|i| self.choice(i)) else {
                 continue;
             };
@@ -334,10 +345,10 @@ impl ChatHandler {
     ///
     /// Each piece goes out as soon as it is written, each into a buffer
     /// of its exact size (no growth, no intermediate copy).
-    fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) {
+    fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
         let d = e.data();
-        let ending = self.end_choices(scans);
-        self.finished += ending.len() as u32;
+        self.finished += self.end_choices(scans);
+        let scans = &*scans;
         let mut envelope = std::mem::take(&mut self.last_envelope);
         envelope_members(d, scan, &mut envelope);
         let top = !self.top_done && self.finished >= self.opts.n;
@@ -345,13 +356,15 @@ impl ChatHandler {
 
         let annotate = self.opts.dialect.sources;
         let marked = |h: &Self, i: u32| annotate && !h.choices[i as usize].markers.is_empty();
-        let split = ending.iter().any(|&(k, i)| {
-            marked(self, i) && scans[k].content.as_ref().is_some_and(|r| !r.is_empty())
+        let split = scans.iter().any(|c| {
+            c.ending
+                && c.index.is_some_and(|i| marked(self, i))
+                && c.content.as_ref().is_some_and(|r| !r.is_empty())
         });
         if split {
-            self.out.push(content_part(e, scan, scans, &ending));
+            self.out.push(content_part(e, scan, scans));
         }
-        for &(_, idx) in &ending {
+        for idx in scans.iter().filter(|c| c.ending).filter_map(|c| c.index) {
             if marked(self, idx) {
                 let chunk = self.annotations_chunk(&envelope, idx);
                 self.out.push(chunk);
@@ -362,7 +375,21 @@ impl ChatHandler {
         let mut sp = Splice::new();
         if split {
             if let Some(r) = &scan.choices {
-                sp.replace(r.clone(), finishing_choices(d, scans, &ending));
+                sp.replace(r.clone(), finishing_choices(d, scans));
+            }
+        }
+        if top && !split && scan.existing.is_empty() {
+            // The common finish chunk: written once, at its exact size.
+            let cited = self.cited_set();
+            let grown = event_with_top_level(
+                e,
+                (scan.close, scan.has_members),
+                &self.sources,
+                &self.opts,
+                &cited,
+            );
+            if let Some(ev) = grown {
+                return self.out.push(ev);
             }
         }
         if top {
@@ -393,15 +420,18 @@ impl ChatHandler {
     }
 
     /// Marks the choices that finish in this chunk (first finish only) as
-    /// finished and takes their markers; returns (position in `scans`,
-    /// index) of each.
-    fn end_choices(&mut self, scans: &[ChoiceScan]) -> Vec<(usize, u32)> {
-        let mut ending: Vec<(usize, u32)> = Vec::new();
-        for (k, c) in scans.iter().enumerate() {
+    /// finished, takes their markers and flags their scans `ending`;
+    /// returns how many.
+    fn end_choices(&mut self, scans: &mut [ChoiceScan]) -> u32 {
+        let mut n = 0;
+        for c in scans {
+            c.ending = false;
             let Some(idx) = c.index else { continue };
-            if c.finish.is_none() || ending.iter().any(|&(_, i)| i == idx) {
+            if c.finish.is_none() {
                 continue;
             }
+            // (A second finish of the same index in this chunk finds it
+            // finished.)
             let Some(st) = self.choice(idx) else { continue };
             if st.finished {
                 continue;
@@ -409,9 +439,10 @@ impl ChatHandler {
             st.finished = true;
             st.tracker.finish();
             st.markers = st.tracker.take_markers();
-            ending.push((k, idx));
+            c.ending = true;
+            n += 1;
         }
-        ending
+        n
     }
 
     /// The synthesized chunk carrying choice `idx`'s annotations, framed
@@ -498,16 +529,11 @@ impl ChatHandler {
 
 /// The content part of a finish chunk that is split: `finish_reason: null`
 /// for the `ending` choices, `usage` moved to the finish chunk.
-fn content_part(
-    e: &Event,
-    scan: &ChunkScan,
-    scans: &[ChoiceScan],
-    ending: &[(usize, u32)],
-) -> Bytes {
+fn content_part(e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) -> Bytes {
     let d = e.data();
     let mut sp = Splice::new();
-    for &(k, _) in ending {
-        if let Some(f) = &scans[k].finish {
+    for c in scans.iter().filter(|c| c.ending) {
+        if let Some(f) = &c.finish {
             sp.replace(f.clone(), &b"null"[..]);
         }
     }
@@ -521,10 +547,9 @@ fn content_part(
 
 /// The `choices` array of a split finish chunk: only the `ending` choices,
 /// each with an empty `delta` (and `logprobs: null`).
-fn finishing_choices(d: &[u8], scans: &[ChoiceScan], ending: &[(usize, u32)]) -> Vec<u8> {
+fn finishing_choices(d: &[u8], scans: &[ChoiceScan]) -> Vec<u8> {
     let mut arr = Vec::from(&b"["[..]);
-    for (n, &(k, _)) in ending.iter().enumerate() {
-        let c = &scans[k];
+    for (n, c) in scans.iter().filter(|c| c.ending).enumerate() {
         if n > 0 {
             arr.push(b',');
         }

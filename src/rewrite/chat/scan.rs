@@ -13,11 +13,21 @@
 //! scan does not defer, both read the same index and content for every
 //! choice and no finish (the `chat_scan` fuzz target checks this, and
 //! templates against both); the fast scan rejects only invalid texts, and
-//! every invalid text it does not defer.
+//! every invalid text it does not defer. Both are [`Cursor`] walks with
+//! the same grammar and nesting depths as [`json::scan_value`].
+//!
+//! Two shortcuts, neither changing what is read: [`has_finish`] sends a
+//! chunk with a string `finish_reason` straight to the full scan (no fast
+//! scan up to its finish first), and a [`ScanPrefix`] lets the fast scan
+//! compare a chunk's envelope with a recent chunk's, already validated,
+//! instead of scanning it again.
 
 use std::ops::Range;
+use std::sync::LazyLock;
 
-use crate::json::{self, ArrayWalker, Cursor, Field, Invalid, ObjectWalker};
+use memchr::memmem;
+
+use crate::json::{self, Cursor, Field, Invalid, Member};
 use crate::rewrite::additions::Existing;
 
 /// What the scanner reads of one choice in a chunk.
@@ -33,6 +43,8 @@ pub(crate) struct ChoiceScan {
     pub(crate) logprobs: Option<Range<usize>>,
     /// `finish_reason` value span when it is a string.
     pub(crate) finish: Option<Range<usize>>,
+    /// The choice finishes here (its first finish; set by the handler).
+    pub(crate) ending: bool,
 }
 
 /// What the scanner reads of one chunk.
@@ -51,6 +63,9 @@ pub(crate) struct ChunkScan {
 pub(crate) const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "system_fingerprint"];
 
 /// Scans one chunk's JSON. `choices` receives one entry per choice object.
+///
+/// A [`Cursor`] walk like the fast scan's (same grammar, same nesting
+/// depths as [`json::scan_value`]), reading more.
 pub(crate) fn scan_chunk(
     d: &[u8],
     s: &mut ChunkScan,
@@ -60,116 +75,193 @@ pub(crate) fn scan_chunk(
     s.usage = None;
     s.choices = None;
     s.existing.clear();
+    s.has_members = false;
     choices.clear();
-    let start = json::skip_ws(d, 0);
-    let mut w = ObjectWalker::new(d, start, 0)?;
-    while let Some(m) = w.next_member()? {
-        let key = &d[m.key.clone()];
-        if !m.key_escaped && key == b"choices" && d.get(m.value_start) == Some(&b'[') {
-            choices.clear();
-            let end = scan_choices(d, m.value_start, w.depth(), choices)?;
-            s.choices = Some(m.value_start..end);
-            w.value_end(end);
-            continue;
-        }
-        let end = w.skip_value()?;
-        if m.key_escaped {
-            // Rare: compare decoded keys.
-            if m.key_is(d, "choices") {
+    let mut c = Cursor::new(d);
+    c.ws();
+    c.eat(b'{')?;
+    let mut prev_end = None;
+    if !c.empty(b'}') {
+        loop {
+            let (key, key_escaped) = c.string()?;
+            c.ws();
+            c.eat(b':')?;
+            c.ws();
+            let value_start = c.i;
+            if !key_escaped && &d[key.clone()] == b"choices" && c.peek() == b'[' {
                 choices.clear();
-                scan_choices(d, m.value_start, w.depth(), choices).ok();
-                s.choices = Some(m.value_start..end);
-            } else if m.key_is(d, "usage") {
-                s.usage = Some(Field { member: m, end });
-            } else if !s.existing.note(d, &m, end) {
-                if let Some(k) = ENVELOPE.iter().position(|e| m.key_is(d, e)) {
-                    s.envelope[k] = Some(m.value_start..end);
-                }
+                c.i = scan_choices(d, value_start, choices)?;
+                s.choices = Some(value_start..c.i);
+            } else {
+                c.skip(1)?;
+                let m = Member {
+                    key,
+                    key_escaped,
+                    value_start,
+                    prev_end,
+                };
+                top_member(d, m, c.i, s, choices);
             }
-            continue;
-        }
-        match key {
-            b"id" => s.envelope[0] = Some(m.value_start..end),
-            b"object" => s.envelope[1] = Some(m.value_start..end),
-            b"created" => s.envelope[2] = Some(m.value_start..end),
-            b"model" => s.envelope[3] = Some(m.value_start..end),
-            b"system_fingerprint" => s.envelope[4] = Some(m.value_start..end),
-            b"usage" => s.usage = Some(Field { member: m, end }),
-            b"sources" | b"citations" => {
-                s.existing.note(d, &m, end);
+            prev_end = Some(c.i);
+            s.has_members = true;
+            if !c.more(b'}')? {
+                break;
             }
-            _ => {}
         }
     }
-    s.close = w.close();
-    s.has_members = w.has_members();
-    if json::skip_ws(d, s.close + 1) != d.len() {
+    s.close = c.i - 1;
+    c.ws();
+    if c.i != d.len() {
         return Err(Invalid);
     }
     Ok(())
 }
 
-fn scan_choices(
-    d: &[u8],
-    at: usize,
-    depth: u32,
-    out: &mut Vec<ChoiceScan>,
-) -> Result<usize, Invalid> {
-    let mut a = ArrayWalker::new(d, at, depth)?;
-    while let Some(el) = a.next_element()? {
-        if d[el] != b'{' {
-            a.skip_value()?;
-            continue;
-        }
-        let mut c = ChoiceScan {
-            index: Some(0),
-            ..ChoiceScan::default()
-        };
-        let mut w = ObjectWalker::new(d, el, a.depth())?;
-        while let Some(m) = w.next_member()? {
-            // One comparison per key (a length switch), not one per name.
-            let decoded;
-            let key: &[u8] = if m.key_escaped {
-                decoded = json::decode_str(&d[m.key.clone()]);
-                decoded.as_bytes()
-            } else {
-                &d[m.key.clone()]
-            };
-            if key == b"delta" && d[m.value_start] == b'{' {
-                let mut dw = ObjectWalker::new(d, m.value_start, w.depth())?;
-                c.content = None;
-                while let Some(dm) = dw.next_member()? {
-                    let end = dw.skip_value()?;
-                    if dm.key_is(d, "content") {
-                        c.content =
-                            (d[dm.value_start] == b'"').then(|| dm.value_start + 1..end - 1);
-                    }
-                }
-                let end = dw.close() + 1;
-                w.value_end(end);
-                c.delta = Some(m.value_start..end);
-                continue;
+/// A top-level member other than an unescaped `choices` array, its value
+/// (valid) ending at `end`.
+fn top_member(d: &[u8], m: Member, end: usize, s: &mut ChunkScan, choices: &mut Vec<ChoiceScan>) {
+    if m.key_escaped {
+        // Rare: compare decoded keys.
+        if m.key_is(d, "choices") {
+            choices.clear();
+            scan_choices(d, m.value_start, choices).ok();
+            s.choices = Some(m.value_start..end);
+        } else if m.key_is(d, "usage") {
+            s.usage = Some(Field { member: m, end });
+        } else if !s.existing.note(d, &m, end) {
+            if let Some(k) = ENVELOPE.iter().position(|e| m.key_is(d, e)) {
+                s.envelope[k] = Some(m.value_start..end);
             }
-            let end = w.skip_value()?;
+        }
+        return;
+    }
+    match &d[m.key.clone()] {
+        b"id" => s.envelope[0] = Some(m.value_start..end),
+        b"object" => s.envelope[1] = Some(m.value_start..end),
+        b"created" => s.envelope[2] = Some(m.value_start..end),
+        b"model" => s.envelope[3] = Some(m.value_start..end),
+        b"system_fingerprint" => s.envelope[4] = Some(m.value_start..end),
+        b"usage" => s.usage = Some(Field { member: m, end }),
+        b"sources" | b"citations" => {
+            s.existing.note(d, &m, end);
+        }
+        _ => {}
+    }
+}
+
+/// The `choices` array at `d[at]` (a `[`); returns its end.
+fn scan_choices(d: &[u8], at: usize, out: &mut Vec<ChoiceScan>) -> Result<usize, Invalid> {
+    let mut c = Cursor::new(d);
+    c.i = at;
+    c.eat(b'[')?;
+    if !c.empty(b']') {
+        loop {
+            if c.peek() == b'{' {
+                let start = c.i;
+                let mut choice = scan_choice(&mut c)?;
+                choice.span = start..c.i;
+                out.push(choice);
+            } else {
+                c.skip(2)?;
+            }
+            if !c.more(b']')? {
+                break;
+            }
+        }
+    }
+    Ok(c.i)
+}
+
+/// One choice object (cursor on its `{`, left after its `}`).
+fn scan_choice(c: &mut Cursor<'_>) -> Result<ChoiceScan, Invalid> {
+    let d = c.b;
+    let mut ch = ChoiceScan {
+        index: Some(0),
+        ..ChoiceScan::default()
+    };
+    c.i += 1;
+    if c.empty(b'}') {
+        return Ok(ch);
+    }
+    loop {
+        let (k, escaped) = c.string()?;
+        c.ws();
+        c.eat(b':')?;
+        c.ws();
+        // One comparison per key (a length switch), not one per name.
+        let decoded;
+        let key: &[u8] = if escaped {
+            decoded = json::decode_str(&d[k]);
+            decoded.as_bytes()
+        } else {
+            &d[k]
+        };
+        let start = c.i;
+        if key == b"delta" && c.peek() == b'{' {
+            ch.content = scan_delta(c)?;
+            ch.delta = Some(start..c.i);
+        } else {
+            c.skip(3)?;
+            let end = c.i;
             match key {
-                b"index" => c.index = json::parse_u32(&d[m.value_start..end]),
-                b"finish_reason" => {
-                    c.finish = (d[m.value_start] == b'"').then_some(m.value_start..end);
-                }
-                b"logprobs" => c.logprobs = Some(m.value_start..end),
+                b"index" => ch.index = json::parse_u32(&d[start..end]),
+                b"finish_reason" => ch.finish = (d[start] == b'"').then_some(start..end),
+                b"logprobs" => ch.logprobs = Some(start..end),
                 b"delta" => {
-                    c.delta = Some(m.value_start..end);
-                    c.content = None;
+                    ch.delta = Some(start..end);
+                    ch.content = None;
                 }
                 _ => {}
             }
         }
-        let end = w.close() + 1;
-        a.value_end(end);
-        c.span = el..end;
-        out.push(c);
+        if !c.more(b'}')? {
+            return Ok(ch);
+        }
     }
-    Ok(a.close() + 1)
+}
+
+/// A `delta` object (cursor on its `{`, left after its `}`): the raw body
+/// of its last `content` member when that is a string.
+fn scan_delta(c: &mut Cursor<'_>) -> Result<Option<Range<usize>>, Invalid> {
+    let d = c.b;
+    let mut content = None;
+    c.i += 1;
+    if c.empty(b'}') {
+        return Ok(content);
+    }
+    loop {
+        let (k, escaped) = c.string()?;
+        c.ws();
+        c.eat(b':')?;
+        c.ws();
+        let start = c.i;
+        c.skip(4)?;
+        let is_content = if escaped {
+            json::decode_str(&d[k]) == "content"
+        } else {
+            &d[k] == b"content"
+        };
+        if is_content {
+            content = (d[start] == b'"').then(|| start + 1..c.i - 1);
+        }
+        if !c.more(b'}')? {
+            return Ok(content);
+        }
+    }
+}
+
+/// Whether the chunk `d` has a `"finish_reason":"` (a string finish
+/// reason, written without whitespace, the way upstreams write it): then
+/// it goes straight to the full scan, which the cold path of a finish
+/// chunk needs anyway, instead of being fast-scanned up to its finish
+/// first. (A false positive only means a chunk scanned by the full scan,
+/// which reads the same; a `"` inside a string is escaped, so the pattern
+/// never starts inside one.)
+#[inline]
+pub(crate) fn has_finish(d: &[u8]) -> bool {
+    static FINISH: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"finish_reason\":\""));
+    FINISH.find(d).is_some()
 }
 
 /// What the fast path reads of one choice of a chunk.
@@ -181,6 +273,35 @@ pub(crate) struct FastChoice {
     pub(crate) content: Option<Range<usize>>,
 }
 
+/// The validated start of a recent chunk: its bytes up to its first
+/// top-level `choices` key, when members without holes (the envelope:
+/// `id`, `object`, `created`, `model`, …, the same in every chunk of a
+/// stream) come before it. A chunk that starts with the same bytes reads
+/// the same up to there (the same bytes parse the same way), so the fast
+/// scan compares them (one `memcmp`) instead of scanning them again.
+#[derive(Debug, Default)]
+pub(crate) struct ScanPrefix {
+    bytes: Vec<u8>,
+}
+
+/// Longest [`ScanPrefix`] kept.
+const MAX_PREFIX: usize = 512;
+
+impl ScanPrefix {
+    /// Where the fast scan of `d` goes on (after the comma before a
+    /// top-level key, maybe in whitespace) when `d` starts with the prefix.
+    #[inline]
+    fn resume(&self, d: &[u8]) -> Option<usize> {
+        let n = self.bytes.len();
+        (n > 0 && d.get(..n)? == self.bytes.as_slice()).then_some(n)
+    }
+
+    fn record(&mut self, prefix: &[u8]) {
+        self.bytes.clear();
+        self.bytes.extend_from_slice(prefix);
+    }
+}
+
 /// The hot path's scan of one chunk: validates the whole JSON text and
 /// reads `choices[].index` and `choices[].delta.content`. Returns
 /// `Ok(false)` (the complete scanner decides) when a key has escapes
@@ -188,60 +309,86 @@ pub(crate) struct FastChoice {
 /// finish chunk takes the cold path, which needs the full scan anyway,
 /// so it is scanned once. (Invalid JSON after that point is the full
 /// scan's to reject.)
+///
+/// With `prefix`, a chunk starting like the one it holds is read from
+/// where that one's `choices` began, and the prefix is learned from a
+/// chunk that does not.
 pub(crate) fn fast_scan(
     d: &[u8],
     out: &mut Vec<FastChoice>,
     holes: &mut Vec<Range<usize>>,
+    mut prefix: Option<&mut ScanPrefix>,
 ) -> Result<bool, Invalid> {
     out.clear();
     holes.clear();
     // Room for all the holes recorded at once, not doubling from 2.
     holes.reserve(json::MAX_HOLES);
     let mut c = Cursor::new(d);
-    c.ws();
-    c.eat(b'{')?;
-    if !c.empty(b'}') {
-        loop {
-            let Some(k) = c.key()? else { return Ok(false) };
-            let key = &d[k];
-            if key == b"choices" && c.peek() == b'[' {
-                c.i += 1;
-                out.clear();
-                if !c.empty(b']') {
-                    loop {
-                        if c.peek() == b'{' {
-                            if !fast_choice(&mut c, out, holes)? {
-                                return Ok(false);
-                            }
-                        } else {
-                            c.skip(2)?;
+    let resumed = prefix.as_deref().and_then(|p| p.resume(d));
+    // Learn the prefix at the first `choices` key, unless resumed there.
+    let mut learn = resumed.is_none();
+    let mut more = match resumed {
+        // (After a comma: a key must follow.)
+        Some(at) => {
+            c.i = at;
+            c.ws();
+            true
+        }
+        None => {
+            c.ws();
+            c.eat(b'{')?;
+            !c.empty(b'}')
+        }
+    };
+    let mut members = 0;
+    while more {
+        let key_at = c.i;
+        let Some(k) = c.key()? else { return Ok(false) };
+        let key = &d[k];
+        if key == b"choices" && c.peek() == b'[' {
+            // (After a comma, and no hole before: one that varies would
+            // make the prefix differ from chunk to chunk.)
+            if learn && members > 0 && holes.is_empty() && key_at <= MAX_PREFIX {
+                if let Some(p) = prefix.as_deref_mut() {
+                    p.record(&d[..key_at]);
+                }
+            }
+            learn = false;
+            c.i += 1;
+            out.clear();
+            if !c.empty(b']') {
+                loop {
+                    if c.peek() == b'{' {
+                        if !fast_choice(&mut c, out, holes)? {
+                            return Ok(false);
                         }
-                        if !c.more(b']')? {
-                            break;
-                        }
+                    } else {
+                        c.skip(2)?;
+                    }
+                    if !c.more(b']')? {
+                        break;
                     }
                 }
-            } else if matches!(
-                key,
-                b"id" | b"object" | b"created" | b"model" | b"system_fingerprint"
-            ) {
-                // The envelope: the same in every chunk of a stream.
-                c.skip(1)?;
-            } else if matches!(c.peek(), b'[' | b'{') {
-                // Inside other top-level arrays and objects numbers vary
-                // (a running `usage`) but strings repeat (Perplexity's
-                // `citations`): only the numbers are holes. (A string
-                // that does change only makes the template miss.)
-                c.skip_number_holes(1, holes)?;
-            } else {
-                // Other top-level strings and numbers may vary from chunk
-                // to chunk (`obfuscation`): holes in a learned template.
-                c.skip_holes(1, holes)?;
             }
-            if !c.more(b'}')? {
-                break;
-            }
+        } else if matches!(
+            key,
+            b"id" | b"object" | b"created" | b"model" | b"system_fingerprint"
+        ) {
+            // The envelope: the same in every chunk of a stream.
+            c.skip(1)?;
+        } else if matches!(c.peek(), b'[' | b'{') {
+            // Inside other top-level arrays and objects numbers vary
+            // (a running `usage`) but strings repeat (Perplexity's
+            // `citations`): only the numbers are holes. (A string
+            // that does change only makes the template miss.)
+            c.skip_number_holes(1, holes)?;
+        } else {
+            // Other top-level strings and numbers may vary from chunk
+            // to chunk (`obfuscation`): holes in a learned template.
+            c.skip_holes(1, holes)?;
         }
+        members += 1;
+        more = c.more(b'}')?;
     }
     c.ws();
     if c.i != d.len() {
@@ -333,7 +480,7 @@ mod tests {
     /// `Ok(None)`: the fast scan defers to the full scan.
     fn fast(d: &str) -> Result<Option<(Read, Vec<String>)>, Invalid> {
         let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        if !fast_scan(d.as_bytes(), &mut cs, &mut holes)? {
+        if !fast_scan(d.as_bytes(), &mut cs, &mut holes, None)? {
             return Ok(None);
         }
         let read = cs
@@ -407,6 +554,71 @@ mod tests {
         );
         let (_, holes) = fast(&cited).unwrap().unwrap();
         assert_eq!(holes, [r#""assistant""#, r#""{}""#, "3"]);
+    }
+
+    /// The fast scan reads the same with a prefix learned from earlier
+    /// chunks as without, chunk after chunk (valid, invalid, deferred, with
+    /// and without the prefix, cut anywhere after it).
+    #[test]
+    fn a_learned_prefix_reads_the_same() {
+        let env = r#"{"id":"c","object":"o","created":1,"#;
+        let mut chunks: Vec<String> = vec![
+            format!(r#"{env}"choices":[{{"index":0,"delta":{{"content":"a"}}}}]}}"#),
+            format!(r#"{env}"choices":[{{"index":1,"delta":{{"content":"b"}}}}],"x":"y"}}"#),
+            format!(r#"{env} "choices":[]}}"#),
+            format!(r#"{env}"choices":[{{"finish_reason":"stop"}}]}}"#),
+            format!(r#"{env}"choic\u0065s":[]}}"#),
+            format!(r#"{env}"usage":{{"n":1}},"choices":[]}}"#),
+            format!(r#"{env}}}"#),
+            format!(r#"{env}"choices":[{{"index":0,"delta":{{"content":"a"}}}}]"#),
+            r#"{"choices":[{"index":0,"delta":{"content":"a"}}],"id":"c"}"#.to_owned(),
+            format!("{env}"),
+        ];
+        let first = chunks[0].clone();
+        for cut in env.len()..first.len() {
+            chunks.push(first[..cut].to_owned());
+            chunks.push(format!("{}}}", &first[..cut]));
+        }
+        let mut prefix = ScanPrefix::default();
+        for _ in 0..2 {
+            for d in &chunks {
+                let (mut cs, mut holes) = (Vec::new(), Vec::new());
+                let got = fast_scan(d.as_bytes(), &mut cs, &mut holes, Some(&mut prefix));
+                let read = |cs: &[FastChoice]| -> Vec<_> {
+                    cs.iter().map(|c| (c.index, c.content.clone())).collect()
+                };
+                let got = got.map(|ok| (ok, read(&cs), holes.clone()));
+                let (mut cs, mut holes) = (Vec::new(), Vec::new());
+                let want = fast_scan(d.as_bytes(), &mut cs, &mut holes, None);
+                let want = want.map(|ok| (ok, read(&cs), holes));
+                assert_eq!(got, want, "{d}");
+            }
+        }
+        assert_eq!(prefix.bytes, env.as_bytes());
+    }
+
+    #[test]
+    fn has_finish_finds_string_finish_reasons_outside_strings() {
+        for (d, want) in [
+            (
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":null}]}"#,
+                false,
+            ),
+            // Escaped inside a string: not the pattern.
+            (
+                r#"{"choices":[{"delta":{"content":"\"finish_reason\":\"x"}}]}"#,
+                false,
+            ),
+            // With whitespace: missed (the fast scan then defers).
+            (r#"{"choices":[{"finish_reason": "stop"}]}"#, false),
+            ("", false),
+        ] {
+            assert_eq!(has_finish(d.as_bytes()), want, "{d}");
+        }
     }
 
     #[test]

@@ -83,16 +83,17 @@ pub(crate) struct ChunkTemplate {
     literal: Vec<u8>,
     /// The first `n`: hole `k` follows segment `k`, which ends there in
     /// `literal`; the last segment runs to the end of `literal`. (Inline,
-    /// like `sample_holes`: learning allocates only the two texts.)
+    /// like `sample_holes`: learning allocates only the literal text.)
     holes: [(u16, Hole); MAX_HOLES],
     n: usize,
     /// Learned from `data: ` + JSON + `\n\n`: matched against raw events.
     pub(crate) framed: bool,
     /// Some hole is a number (set by `build`).
     numbers: bool,
-    /// The chunk learned from and its `n` hole tokens, while on probation.
-    sample: Vec<u8>,
-    sample_holes: [(u16, u16); MAX_HOLES],
+    /// The `n` hole tokens of the chunk learned from, while on probation:
+    /// their [`token_hash`]es (not a copy of the chunk: learning allocates
+    /// only the literal text).
+    sample_holes: [u32; MAX_HOLES],
     probation: bool,
     valid: bool,
 }
@@ -110,6 +111,25 @@ fn same(a: &[u8], b: &[u8]) -> bool {
         4.. => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
         _ => a.iter().zip(b).all(|(x, y)| x == y),
     }
+}
+
+/// A hash of a hole token (with its length), to tell on a template's
+/// first match which holes hold the same token as in the chunk it was
+/// learned from. A collision only turns a hole whose value varies into
+/// literal text, which the next chunk with another value then misses on
+/// (and a template is learned again): never a wrong match.
+fn token_hash(t: &[u8]) -> u32 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let step = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(K);
+    let mut words = t.chunks_exact(8);
+    let mut h = t.len() as u64;
+    for w in &mut words {
+        h = step(h, u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+    }
+    let mut last = [0u8; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    let h = step(h, u64::from_le_bytes(last));
+    (h >> 32) as u32 ^ h as u32
 }
 
 /// The end of the JSON number token at `s[i]`: a plain integer without a
@@ -266,20 +286,18 @@ impl ChunkTemplate {
     }
 
     /// The first match of a fresh template: the holes (but contents) whose
-    /// token is the same as in the sample become literal text.
+    /// token is the same as in the chunk learned from (same length and
+    /// [`token_hash`]) become literal text.
     #[cold]
     fn refine(&mut self, s: &[u8]) {
         self.probation = false;
         let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
         let mut n = 0;
         let mut k = 0;
-        let sample = std::mem::take(&mut self.sample);
         let sample_holes = self.sample_holes;
         let walked = self.walk(s, |h, r| {
-            let learned = sample_holes
-                .get(k)
-                .and_then(|&(a, b)| sample.get(usize::from(a)..usize::from(b)));
-            let keep = matches!(h, Hole::Content(_)) || learned != s.get(r.clone());
+            let same = || sample_holes.get(k) == s.get(r.clone()).map(token_hash).as_ref();
+            let keep = matches!(h, Hole::Content(_)) || !same();
             if keep && n < MAX_HOLES {
                 cuts[n] = (r, h);
                 n += 1;
@@ -289,7 +307,6 @@ impl ChunkTemplate {
         if walked == Some(s.len()) {
             self.build(s, &cuts[..n]);
         }
-        self.sample = sample;
     }
 
     /// Learns from a chunk the fast scan read as choices `contents` (index,
@@ -332,11 +349,11 @@ impl ChunkTemplate {
         if !self.build(s, cuts) {
             return;
         }
-        self.sample.clear();
-        self.sample.extend_from_slice(s);
-        for (slot, c) in self.sample_holes.iter_mut().zip(cuts.iter()) {
-            // (Within `s`: at most `MAX_TEMPLATE` bytes.)
-            *slot = (c.0.start as u16, c.0.end as u16);
+        for (slot, (r, h)) in self.sample_holes.iter_mut().zip(cuts.iter()) {
+            // (Content holes stay holes: not compared.)
+            if !matches!(h, Hole::Content(_)) {
+                *slot = token_hash(&s[r.clone()]);
+            }
         }
         self.probation = true;
     }
@@ -358,7 +375,7 @@ impl ChunkTemplate {
                 return false;
             }
             self.literal.extend_from_slice(&s[at..r.start]);
-            // (The literal text is at most the sample's `MAX_TEMPLATE`
+            // (The literal text is at most the learned chunk's `MAX_TEMPLATE`
             // bytes.)
             let Ok(end) = u16::try_from(self.literal.len()) else {
                 return false;
@@ -388,7 +405,7 @@ mod tests {
     /// The template learned from `d` the way the handler learns it.
     fn learned(d: &str) -> ChunkTemplate {
         let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes).unwrap());
+        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
         let mut t = ChunkTemplate::default();
         let contents = cs
             .iter()
@@ -498,7 +515,7 @@ mod tests {
     fn framed_templates_match_events_at_the_start_of_a_piece() {
         let ev = format!("data: {CHUNK}\n\n");
         let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        assert!(fast_scan(CHUNK.as_bytes(), &mut cs, &mut holes).unwrap());
+        assert!(fast_scan(CHUNK.as_bytes(), &mut cs, &mut holes, None).unwrap());
         let mut t = ChunkTemplate::default();
         let contents = cs.iter().map(|c| (2, c.content.clone().unwrap()));
         t.learn(ev.as_bytes(), 6, true, contents, &holes);
