@@ -560,7 +560,7 @@ mod tests {
         let ev = format!("data: {CHUNK}\n\n").replace(r#","obfuscation":"ab""#, "");
         let (mut cs, mut holes) = (Vec::new(), Vec::new());
         let d = &ev[6..ev.len() - 2];
-        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes).unwrap());
+        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
         for framed in [false, true] {
             let (s, at) = if framed { (ev.as_str(), 6) } else { (d, 0) };
             let mut t = ChunkTemplate::default();
