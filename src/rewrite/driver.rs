@@ -239,6 +239,11 @@ pub struct SseRewriter<H> {
     /// the parser is not asked for frames until the next piece (see the
     /// module docs).
     held: bool,
+    /// A rest that no fused event starts may be held: set when the fused
+    /// path takes events (or a rest after them is looked at), cleared when
+    /// such a rest is not held, so the parsed events of a stream the fused
+    /// path does not know are not scanned twice.
+    hold_rests: bool,
     /// A held tail and the head of the next piece, joined for matching
     /// (reused; at most [`MAX_STRADDLE`] bytes).
     joined: Vec<u8>,
@@ -253,6 +258,10 @@ pub struct SseRewriter<H> {
 /// their varying tokens.
 const MAX_STRADDLE: usize = 8 * 1024;
 
+/// A rest no fused event starts is held, while the fused path takes
+/// nothing, only up to this length.
+const SHORT_REST: usize = 512;
+
 impl<H> SseRewriter<H> {
     pub(crate) fn with_handler(parser: Parser, h: H) -> Self {
         SseRewriter {
@@ -261,6 +270,7 @@ impl<H> SseRewriter<H> {
             ended: false,
             idle: false,
             held: false,
+            hold_rests: false,
             joined: Vec::new(),
             #[cfg(test)]
             straddled: 0,
@@ -363,7 +373,7 @@ impl<H: Handler> SseRewriter<H> {
                         self.idle = !self.parser.has_queued();
                         return Some(b);
                     }
-                } else if self.hold(max) {
+                } else if self.hold_unfused(max) {
                     break;
                 }
             }
@@ -382,8 +392,11 @@ impl<H: Handler> SseRewriter<H> {
     /// Holds the rest of the current piece (left unscanned in the parser)
     /// when it stands at a block start with nothing queued after it and
     /// [`holds`] says so; returns whether it does.
+    // (Cold: out of the way of the per-event path.)
+    #[cold]
     #[inline(never)]
     fn hold(&mut self, max: usize) -> bool {
+        self.hold_rests = true;
         if self.parser.has_queued() {
             return false;
         }
@@ -394,6 +407,23 @@ impl<H: Handler> SseRewriter<H> {
         self.held
     }
 
+    /// [`hold`](Self::hold) when no fused event starts the rest: while
+    /// [`hold_rests`](Self::hold_rests) is set, or when the rest is short
+    /// (small reads, where pieces may never hold a whole event).
+    #[cold]
+    #[inline(never)]
+    fn hold_unfused(&mut self, max: usize) -> bool {
+        if !self.hold_rests {
+            match self.parser.clean_rest() {
+                Some((piece, at)) if piece.len() - at <= SHORT_REST => {}
+                _ => return false,
+            }
+        }
+        let held = self.hold(max);
+        self.hold_rests = held;
+        held
+    }
+
     /// A piece after a held tail: when the piece completes the tail's
     /// event and the handler's fused path recognises the whole of it (in
     /// [`joined`](Self::joined), a copy made only for matching), the event
@@ -401,6 +431,7 @@ impl<H: Handler> SseRewriter<H> {
     /// skips both (one block it would dispatch as an event, as
     /// [`Parser::skip`] requires); otherwise the piece is queued after the
     /// tail, exactly as if it had never been held.
+    #[cold]
     #[inline(never)]
     fn straddle(&mut self, chunk: Bytes) {
         self.held = false;
@@ -421,6 +452,7 @@ impl<H: Handler> SseRewriter<H> {
                     out.pass_span(&chunk, 0, end);
                     self.parser.queue_piece(chunk);
                     self.parser.skip(end);
+                    self.hold_rests = true;
                     #[cfg(test)]
                     {
                         self.straddled += 1;
