@@ -111,6 +111,10 @@ pub trait Handler {
     /// LF, a blank LF line, at most `max_event` bytes before the blank
     /// line. The default recognises none.
     ///
+    /// `rest` may also be one event that straddles two pieces, joined
+    /// (a held tail and the next piece's head, see the module docs): it
+    /// then goes out as those two slices when all of it is taken.
+    ///
     /// Called only when [`FUSED`](Self::FUSED) is set.
     #[inline]
     fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
@@ -260,7 +264,7 @@ const MAX_STRADDLE: usize = 8 * 1024;
 
 /// A rest no fused event starts is held, while the fused path takes
 /// nothing, only up to this length.
-const SHORT_REST: usize = 512;
+const SHORT_REST: usize = 256;
 
 impl<H> SseRewriter<H> {
     pub(crate) fn with_handler(parser: Parser, h: H) -> Self {
@@ -513,10 +517,15 @@ impl<H: Handler> SseRewriter<H> {
 fn holds<H: Handler>(h: &H, tail: &[u8], max: usize) -> bool {
     tail.len() <= max.min(MAX_STRADDLE)
         && h.fast_tail(tail)
-        && match memchr::memchr2(b'\n', b'\r', tail) {
-            None => true,
-            Some(i) => i + 1 == tail.len() && tail[i] == b'\n',
-        }
+        && one_line(tail.strip_suffix(b"\n").unwrap_or(tail))
+}
+
+/// Whether `line` holds no CR or LF. (Its last byte first: a rest that
+/// ends in whole blocks, as a large read often does, is found out at
+/// once.)
+#[inline]
+fn one_line(line: &[u8]) -> bool {
+    !matches!(line.last(), Some(b'\n' | b'\r')) && memchr::memchr2(b'\n', b'\r', line).is_none()
 }
 
 /// Where the event that starts with `tail` (one line without CR, at most an
