@@ -297,11 +297,13 @@ impl<H: Handler> SseRewriter<H> {
             self.idle = self.h.out().is_empty();
             return;
         }
-        self.idle = false;
         if self.held {
-            return self.straddle(chunk);
+            self.straddle(chunk);
+        } else {
+            self.parser.queue_piece(chunk);
         }
-        self.parser.queue_piece(chunk);
+        // (After the call: the caller's `next_output` sees a known value.)
+        self.idle = false;
     }
 
     /// Queues an input piece the caller keeps: a tiny piece in the middle
@@ -313,12 +315,13 @@ impl<H: Handler> SseRewriter<H> {
             self.idle = self.h.out().is_empty();
             return;
         }
-        self.idle = false;
         let piece = Bytes::copy_from_slice(piece);
         if self.held {
-            return self.straddle(piece);
+            self.straddle(piece);
+        } else {
+            self.parser.queue_piece(piece);
         }
-        self.parser.queue_piece(piece);
+        self.idle = false;
     }
 
     /// The next piece of output, or `None` when more input is needed.
