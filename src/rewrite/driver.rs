@@ -297,7 +297,7 @@ impl<H: Handler> SseRewriter<H> {
             self.idle = self.h.out().is_empty();
             return;
         }
-        if self.held {
+        if H::FUSED && self.held {
             self.straddle(chunk);
         } else {
             self.parser.queue_piece(chunk);
@@ -316,7 +316,7 @@ impl<H: Handler> SseRewriter<H> {
             return;
         }
         let piece = Bytes::copy_from_slice(piece);
-        if self.held {
+        if H::FUSED && self.held {
             self.straddle(piece);
         } else {
             self.parser.queue_piece(piece);
