@@ -12,12 +12,14 @@
 //! is the rewritten stream. A frame the handler passes through goes out as
 //! a slice of the input piece it lies in; neighbouring pass-through frames
 //! of one piece go out as one slice. Everything a piece yields is out
-//! before `None`: nothing is held back.
+//! before `None`: nothing is held back (a held tail, below, is the start
+//! of an event, which yields nothing before its end).
 //!
 //! ```text
 //!  feed(piece) ──► Parser ──FrameRef──► Handler::handle ──► Out ──► next_output()
 //!       │  clean block start: Parser::clean_rest        ▲
-//!       └──► Handler::fast_events ── whole events ──────┘ (Parser::skip)
+//!       ├──► Handler::fast_events ── whole events ──────┤ (Parser::skip)
+//!       └──► held tail + head of the next piece ────────┘ (Parser::skip_rest, skip)
 //!  finish()    ──► remaining frames, Handler::end, unterminated tail ──► Out
 //! ```
 //!
@@ -28,6 +30,25 @@
 //! nothing is queued before them and they reach its end), and the parser
 //! skips them. The output is byte-identical to the parsed path's (the chat
 //! handler's tests and the `chat_split` fuzz target check it).
+//!
+//! Events that straddle two pieces take the fused path too, through a
+//! *held tail*. When the fused events stop short of the piece's end, with
+//! nothing queued after the piece, and the rest is the start of an event
+//! the handler may recognise ([`Handler::fast_tail`]: one line without CR,
+//! at most an LF at its end, at most the event size limit and
+//! `MAX_STRADDLE` bytes), the rest stays unscanned in the parser and the
+//! parser is not asked for frames until the next piece (`feed` or
+//! `feed_slice`; the small-read path declines while a rest is unscanned).
+//! That piece's head up to the event's end (the blank line's LF; LF line
+//! ends only) is copied with the tail into a reused buffer, only for
+//! matching: when [`Handler::fast_events`] takes the whole of it, the
+//! event goes out as two slices (the tail, moved out of the parser, and
+//! the head, the start of a run of the new piece) and the parser skips
+//! both, standing where dispatching the event would leave it. Otherwise
+//! (no event end in the head, a miss, over a limit) the piece is queued
+//! after the tail and the parser goes on as if nothing had been held; at
+//! `finish` a held tail is the parser's as well. Memory: one tail (a slice
+//! of the last piece) and the buffer, at most one event.
 //!
 //! A split CRLF (`\r` ending one piece, `\n` starting the next) after an
 //! event the handler re-framed with LF line ends is the one case where a
@@ -90,11 +111,27 @@ pub trait Handler {
     /// LF, a blank LF line, at most `max_event` bytes before the blank
     /// line. The default recognises none.
     ///
+    /// `rest` may also be one event that straddles two pieces, joined
+    /// (a held tail and the next piece's head, see the module docs): it
+    /// then goes out as those two slices when all of it is taken.
+    ///
     /// Called only when [`FUSED`](Self::FUSED) is set.
     #[inline]
     fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
         let _ = (rest, max_event);
         0
+    }
+    /// Whether [`fast_events`](Self::fast_events) may recognise an event
+    /// that starts with `tail` (the start of an event at the end of a
+    /// piece, one line without CR, at most an LF at its end) once the next
+    /// piece completes it: then the driver holds `tail` back from the
+    /// parser (the module docs say how). A cheap guess; the default is no.
+    ///
+    /// Called only when [`FUSED`](Self::FUSED) is set.
+    #[inline]
+    fn fast_tail(&self, tail: &[u8]) -> bool {
+        let _ = tail;
+        false
     }
 }
 
@@ -201,7 +238,33 @@ pub struct SseRewriter<H> {
     /// The last piece was absorbed by the small-read path with nothing
     /// queued: `next_output` has nothing to do.
     idle: bool,
+    /// A tail is held: the parser's unscanned rest is the start of an
+    /// event the next piece may complete, and nothing is queued after it;
+    /// the parser is not asked for frames until the next piece (see the
+    /// module docs).
+    held: bool,
+    /// A rest that no fused event starts may be held: set when the fused
+    /// path takes events (or a rest after them is looked at), cleared when
+    /// such a rest is not held, so the parsed events of a stream the fused
+    /// path does not know are not scanned twice.
+    hold_rests: bool,
+    /// A held tail and the head of the next piece, joined for matching
+    /// (reused; at most [`MAX_STRADDLE`] bytes).
+    joined: Vec<u8>,
+    /// Straddling events the fused path took (for the tests).
+    #[cfg(test)]
+    straddled: usize,
 }
+
+/// The longest event the fused path takes across two pieces (the held tail
+/// and the head of the next piece together), which bounds the matching
+/// buffer: chat templates are learned from chunks of at most 4 KiB, plus
+/// their varying tokens.
+const MAX_STRADDLE: usize = 8 * 1024;
+
+/// A rest no fused event starts is held, while the fused path takes
+/// nothing, only up to this length.
+const SHORT_REST: usize = 256;
 
 impl<H> SseRewriter<H> {
     pub(crate) fn with_handler(parser: Parser, h: H) -> Self {
@@ -210,6 +273,11 @@ impl<H> SseRewriter<H> {
             h,
             ended: false,
             idle: false,
+            held: false,
+            hold_rests: false,
+            joined: Vec::new(),
+            #[cfg(test)]
+            straddled: 0,
         }
     }
 }
@@ -222,13 +290,20 @@ impl<H: Handler> SseRewriter<H> {
     }
 
     /// Queues an input piece (any size, split anywhere).
+    #[inline]
     pub fn feed(&mut self, chunk: Bytes) {
+        // (Declined while a tail is held: the parser has a rest.)
         if self.parser.absorb(&chunk) {
             self.idle = self.h.out().is_empty();
             return;
         }
+        if H::FUSED && self.held {
+            self.straddle(chunk);
+        } else {
+            self.parser.queue_piece(chunk);
+        }
+        // (After the call: the caller's `next_output` sees a known value.)
         self.idle = false;
-        self.parser.queue_piece(chunk);
     }
 
     /// Queues an input piece the caller keeps: a tiny piece in the middle
@@ -240,8 +315,13 @@ impl<H: Handler> SseRewriter<H> {
             self.idle = self.h.out().is_empty();
             return;
         }
+        let piece = Bytes::copy_from_slice(piece);
+        if H::FUSED && self.held {
+            self.straddle(piece);
+        } else {
+            self.parser.queue_piece(piece);
+        }
         self.idle = false;
-        self.parser.queue_piece(Bytes::copy_from_slice(piece));
     }
 
     /// The next piece of output, or `None` when more input is needed.
@@ -277,32 +357,118 @@ impl<H: Handler> SseRewriter<H> {
                     let out = self.h.out();
                     // As dispatching these events would.
                     out.swallow_line_end = false;
-                    if at + n < piece.len() || !out.is_empty() {
+                    let rest = at + n < piece.len();
+                    if rest || !out.is_empty() {
                         out.pass_span(piece, at, at + n);
                         self.parser.skip(n);
-                        continue;
+                        if !rest {
+                            continue;
+                        }
+                        // A rest the fused path did not take: held (nothing
+                        // more until the next piece), or the parser's (not
+                        // tried again).
+                        if self.hold(max) {
+                            break;
+                        }
+                    } else {
+                        // The rest of the piece, with nothing before it: out
+                        // right away (no run, no queue).
+                        // (Moved out of the parser, not cloned.)
+                        let b = self.parser.skip_rest();
+                        // Clean at the end of the piece: no queued piece
+                        // means no input.
+                        self.idle = !self.parser.has_queued();
+                        return Some(b);
                     }
-                    // The rest of the piece, with nothing before it: out
-                    // right away (no run, no queue).
-                    // (Moved out of the parser, not cloned.)
-                    let b = self.parser.skip_rest();
-                    // Clean at the end of the piece: no queued piece means
-                    // no input.
-                    self.idle = !self.parser.has_queued();
-                    return Some(b);
+                } else if self.hold_unfused(max) {
+                    break;
                 }
             }
             match self.parser.next_frame_ref() {
                 Some(f) => Self::dispatch(&mut self.h, &f),
-                None => {
+                None => break,
+            }
+        }
+        let out = self.h.out();
+        let b = out.flush_pop();
+        // The parser needs input: nothing to do until `feed`.
+        self.idle = out.is_empty();
+        b
+    }
+
+    /// Holds the rest of the current piece (left unscanned in the parser)
+    /// when it stands at a block start with nothing queued after it and
+    /// [`holds`] says so; returns whether it does.
+    // (Cold: out of the way of the per-event path.)
+    #[cold]
+    #[inline(never)]
+    fn hold(&mut self, max: usize) -> bool {
+        self.hold_rests = true;
+        if self.parser.has_queued() {
+            return false;
+        }
+        let Some((piece, at)) = self.parser.clean_rest() else {
+            return false;
+        };
+        self.held = holds(&self.h, &piece[at..], max);
+        self.held
+    }
+
+    /// [`hold`](Self::hold) when no fused event starts the rest: while
+    /// [`hold_rests`](Self::hold_rests) is set, or when the rest is short
+    /// (small reads, where pieces may never hold a whole event).
+    #[cold]
+    #[inline(never)]
+    fn hold_unfused(&mut self, max: usize) -> bool {
+        if !self.hold_rests {
+            match self.parser.clean_rest() {
+                Some((piece, at)) if piece.len() - at <= SHORT_REST => {}
+                _ => return false,
+            }
+        }
+        let held = self.hold(max);
+        self.hold_rests = held;
+        held
+    }
+
+    /// A piece after a held tail: when the piece completes the tail's
+    /// event and the handler's fused path recognises the whole of it (in
+    /// [`joined`](Self::joined), a copy made only for matching), the event
+    /// goes out as the tail and the head of the piece, and the parser
+    /// skips both (one block it would dispatch as an event, as
+    /// [`Parser::skip`] requires); otherwise the piece is queued after the
+    /// tail, exactly as if it had never been held.
+    #[cold]
+    #[inline(never)]
+    fn straddle(&mut self, chunk: Bytes) {
+        self.held = false;
+        let max = self.parser.max_event_size();
+        if let Some((piece, at)) = self.parser.clean_rest() {
+            let tail = &piece[at..];
+            if let Some(end) = event_end(tail, &chunk, max.min(MAX_STRADDLE)) {
+                self.joined.clear();
+                self.joined.extend_from_slice(tail);
+                self.joined.extend_from_slice(&chunk[..end]);
+                if self.h.fast_events(&self.joined, max) == self.joined.len() {
+                    // (Moved out of the parser, not cloned.)
+                    let tail = self.parser.skip_rest();
                     let out = self.h.out();
-                    let b = out.flush_pop();
-                    // The parser needs input: nothing to do until `feed`.
-                    self.idle = out.is_empty();
-                    return b;
+                    // As dispatching the event would.
+                    out.swallow_line_end = false;
+                    out.push(tail);
+                    out.pass_span(&chunk, 0, end);
+                    self.parser.queue_piece(chunk);
+                    self.parser.skip(end);
+                    self.hold_rests = true;
+                    #[cfg(test)]
+                    {
+                        self.straddled += 1;
+                    }
+                    return;
                 }
             }
         }
+        self.parser.queue_piece(chunk);
     }
 
     /// Ends the input: what remains (synthesized additions, an
@@ -310,6 +476,8 @@ impl<H: Handler> SseRewriter<H> {
     /// [`next_output`](Self::next_output).
     pub fn finish(&mut self) {
         self.idle = false;
+        // A held tail is the parser's unscanned rest: it goes on as usual.
+        self.held = false;
         // Handle complete frames first (a caller may call `finish` without
         // draining).
         while let Some(f) = self.parser.next_frame_ref() {
@@ -344,6 +512,41 @@ impl<H: Handler> SseRewriter<H> {
     }
 }
 
+/// Whether to hold `tail`, the rest of the last piece after the fused
+/// events, at a block start: the start of an event (one line without CR,
+/// at most an LF at its end, within the limits) that the handler may
+/// recognise once the next piece completes it.
+#[inline]
+fn holds<H: Handler>(h: &H, tail: &[u8], max: usize) -> bool {
+    tail.len() <= max.min(MAX_STRADDLE)
+        && h.fast_tail(tail)
+        && one_line(tail.strip_suffix(b"\n").unwrap_or(tail))
+}
+
+/// Whether `line` holds no CR or LF. (Its last byte first: a rest that
+/// ends in whole blocks, as a large read often does, is found out at
+/// once.)
+#[inline]
+fn one_line(line: &[u8]) -> bool {
+    !matches!(line.last(), Some(b'\n' | b'\r')) && memchr::memchr2(b'\n', b'\r', line).is_none()
+}
+
+/// Where the event that starts with `tail` (one line without CR, at most an
+/// LF at its end) ends in `head`, the next piece: after the first LF of
+/// `head` (or its first byte, when `tail` ends with the LF) when the next
+/// byte is the blank line's LF, within `limit` bytes in all; `None`
+/// otherwise (no end in `head`, or not a one-line event with LF line ends).
+#[inline]
+fn event_end(tail: &[u8], head: &[u8], limit: usize) -> Option<usize> {
+    let i = if tail.last() == Some(&b'\n') {
+        0
+    } else {
+        let room = limit.checked_sub(tail.len())?;
+        memchr::memchr(b'\n', &head[..head.len().min(room)])? + 1
+    };
+    (head.get(i) == Some(&b'\n') && tail.len() + i < limit).then_some(i + 1)
+}
+
 impl<H: Handler> fmt::Debug for SseRewriter<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct(H::NAME);
@@ -369,193 +572,5 @@ impl<H: Handler> StreamRewriter for SseRewriter<H> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sse::Config;
-
-    /// Passes every frame, re-framing (as a handler may) events whose data
-    /// is `x`, and counts what it saw.
-    #[derive(Default)]
-    struct Echo {
-        out: Out,
-        frames: usize,
-        ended: usize,
-        fast: bool,
-        fast_frames: usize,
-    }
-
-    impl Handler for Echo {
-        const NAME: &'static str = "Echo";
-        const FUSED: bool = true;
-        /// Recognises `data: a` events when `fast` is on.
-        fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
-            const A: &[u8] = b"data: a\n\n";
-            let mut n = 0;
-            while self.fast && rest[n..].starts_with(A) && A.len() - 1 <= max_event {
-                self.fast_frames += 1;
-                n += A.len();
-            }
-            n
-        }
-        fn handle(&mut self, f: &FrameRef<'_>) {
-            self.frames += 1;
-            if f.kind() == FrameKind::Event && f.data() == b"x" {
-                self.out.swallow_line_end = f.raw().ends_with(b"\r");
-                self.out.push(Bytes::from_static(b"data: y\n\n"));
-            } else {
-                self.out.pass(f);
-            }
-        }
-        fn out(&mut self) -> &mut Out {
-            &mut self.out
-        }
-        fn end(&mut self) {
-            self.ended += 1;
-        }
-        fn sources_emitted(&self) -> bool {
-            false
-        }
-        fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
-            d.field("frames", &self.frames);
-        }
-    }
-
-    fn echo() -> SseRewriter<Echo> {
-        SseRewriter::with_handler(Parser::with_config(&Config::new()), Echo::default())
-    }
-
-    fn drain(r: &mut SseRewriter<Echo>) -> Vec<Bytes> {
-        std::iter::from_fn(|| r.next_output()).collect()
-    }
-
-    #[test]
-    fn pass_through_frames_of_one_piece_go_out_as_one_slice() {
-        let mut r = echo();
-        let piece = Bytes::from_static(b"data: a\n\n: c\n\ndata: b\n\n");
-        r.feed(piece.clone());
-        let out = drain(&mut r);
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0], piece);
-        // A slice of the input, not a copy.
-        assert_eq!(out[0].as_ptr(), piece.as_ptr());
-        assert_eq!(r.h.frames, 3);
-    }
-
-    /// Events the fused path takes go out exactly as the parsed ones, in
-    /// order, under any split; a piece taken whole goes out as itself.
-    #[test]
-    fn the_fused_path_gives_the_parsed_output() {
-        let input: &[u8] =
-            b"data: a\n\ndata: a\n\n: c\n\ndata: a\n\ndata: x\r\rdata: a\n\ndata: a\r\n\r\ndata: a\n\ndata: b";
-        let run = |fast: bool, cuts: &[usize]| {
-            let mut r = echo();
-            r.h.fast = fast;
-            let mut out = Vec::new();
-            let mut at = 0;
-            for &c in cuts.iter().chain([&input.len()]) {
-                r.feed(Bytes::copy_from_slice(&input[at..c]));
-                at = c;
-                out.extend(drain(&mut r));
-            }
-            r.finish();
-            out.extend(drain(&mut r));
-            (out.concat(), r.h.fast_frames)
-        };
-        let (want, none) = run(false, &[]);
-        assert_eq!(none, 0);
-        for i in 0..=input.len() {
-            for j in i..=input.len() {
-                assert_eq!(run(true, &[i, j]).0, want, "cuts {i} {j}");
-            }
-        }
-        // The BOM is decided by the first frame; the rest is fused.
-        assert!(run(true, &[]).1 >= 3);
-        let mut r = echo();
-        r.h.fast = true;
-        r.feed(Bytes::from_static(b": start\n\n"));
-        assert_eq!(drain(&mut r).concat(), b": start\n\n");
-        let piece = Bytes::from_static(b"data: a\n\ndata: a\n\n");
-        r.feed(piece.clone());
-        let out = drain(&mut r);
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].as_ptr(), piece.as_ptr(), "the piece itself");
-        assert_eq!(r.h.fast_frames, 2);
-    }
-
-    #[test]
-    fn our_bytes_split_runs_and_keep_order() {
-        let mut r = echo();
-        r.feed(Bytes::from_static(b"data: a\n\ndata: x\n\ndata: b\n\n"));
-        let out = drain(&mut r);
-        assert_eq!(
-            out,
-            [&b"data: a\n\n"[..], b"data: y\n\n", b"data: b\n\n"].map(Bytes::from_static)
-        );
-    }
-
-    #[test]
-    fn split_crlf_after_a_reframed_event_is_dropped() {
-        let mut r = echo();
-        r.feed(Bytes::from_static(b"data: x\r\n\r"));
-        let mut out = drain(&mut r);
-        r.feed(Bytes::from_static(b"\ndata: b\r\n\r\n"));
-        out.extend(drain(&mut r));
-        r.finish();
-        out.extend(drain(&mut r));
-        assert_eq!(out.concat(), b"data: y\n\ndata: b\r\n\r\n");
-    }
-
-    #[test]
-    fn finish_handles_undrained_frames_then_the_tail_once() {
-        let mut r = echo();
-        r.feed(Bytes::from_static(b"data: a\n\ndata: unterminated"));
-        r.finish();
-        r.finish();
-        assert_eq!(r.h.ended, 1);
-        assert_eq!(drain(&mut r).concat(), b"data: a\n\ndata: unterminated");
-        assert!(format!("{r:?}").starts_with("Echo { parser: "));
-    }
-
-    #[test]
-    fn tiny_pieces_and_slices_give_the_same_output() {
-        let input: &[u8] =
-            b"data: a\n\n: c\r\n\r\ndata: x\r\rdata: a longer line\n\nid: 7\ndata: b\n\ndata: tail";
-        let mut r = echo();
-        r.feed(Bytes::copy_from_slice(input));
-        r.finish();
-        let want = drain(&mut r).concat();
-        for size in [1, 2, 3, 16, 17] {
-            for slices in [false, true] {
-                let mut r = echo();
-                let mut out = Vec::new();
-                for piece in input.chunks(size) {
-                    if slices {
-                        r.feed_slice(piece);
-                    } else {
-                        r.feed(Bytes::copy_from_slice(piece));
-                    }
-                    out.extend(drain(&mut r));
-                }
-                r.finish();
-                out.extend(drain(&mut r));
-                assert_eq!(out.concat(), want, "size {size}, slices {slices}");
-            }
-        }
-    }
-
-    #[test]
-    fn an_absorbed_piece_keeps_undrained_output() {
-        let mut r = echo();
-        r.feed(Bytes::from_static(b"data: a\n\ndata: x\n\n"));
-        let mut out = vec![r.next_output().unwrap()];
-        // Not drained to `None`: the rest must still come out.
-        r.feed_slice(b"da");
-        r.feed_slice(b"ta: b");
-        out.extend(drain(&mut r));
-        r.feed(Bytes::from_static(b"\n\n"));
-        out.extend(drain(&mut r));
-        r.finish();
-        out.extend(drain(&mut r));
-        assert_eq!(out.concat(), b"data: a\n\ndata: y\n\ndata: b\n\n");
-    }
-}
+#[path = "driver_tests.rs"]
+mod tests;

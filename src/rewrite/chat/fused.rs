@@ -92,7 +92,7 @@ impl ChatHandler {
     /// template matches (chunks without a finish, shaped like recent
     /// ones) have their contents fed to the trackers and pass through, as
     /// [`event`](ChatHandler::event) would handle them after a parse.
-    #[inline]
+    #[inline(always)]
     pub(super) fn fused_events(&mut self, rest: &[u8], max_event: usize) -> usize {
         if !self.fused {
             return 0;
@@ -123,6 +123,16 @@ impl ChatHandler {
             break;
         }
         pos
+    }
+
+    /// Whether an event starting with `tail` may be one
+    /// [`fused_events`](Self::fused_events) recognises once complete: a
+    /// framed template is learned and `tail` starts like its `data:` line.
+    #[inline]
+    pub(super) fn fused_tail(&self, tail: &[u8]) -> bool {
+        // (A byte loop: no library call for five bytes.)
+        let data = tail.iter().zip(b"data:").all(|(a, b)| a == b);
+        self.fused && data && self.templates.iter().any(|t| t.framed)
     }
 }
 

@@ -216,9 +216,16 @@ impl Handler for ChatHandler {
         self.top_done
     }
 
-    #[inline]
+    // Inlined into both callers in the driver (the piece's rest, a
+    // straddling event).
+    #[inline(always)]
     fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
         self.fused_events(rest, max_event)
+    }
+
+    #[inline]
+    fn fast_tail(&self, tail: &[u8]) -> bool {
+        self.fused_tail(tail)
     }
 
     fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
