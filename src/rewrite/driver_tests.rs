@@ -79,7 +79,12 @@ enum Feed {
 }
 
 /// The output for `input` cut at `cuts` (sorted offsets).
-fn feed_all(r: &mut SseRewriter<Echo>, input: &[u8], cuts: &[usize], how: Feed) -> Vec<u8> {
+fn feed_all<H: Handler>(
+    r: &mut SseRewriter<H>,
+    input: &[u8],
+    cuts: &[usize],
+    how: Feed,
+) -> Vec<u8> {
     let mut out = Vec::new();
     let mut at = 0;
     for &c in cuts.iter().chain([&input.len()]) {
@@ -98,7 +103,7 @@ fn feed_all(r: &mut SseRewriter<Echo>, input: &[u8], cuts: &[usize], how: Feed) 
     out
 }
 
-fn drain(r: &mut SseRewriter<Echo>) -> Vec<Bytes> {
+fn drain<H: Handler>(r: &mut SseRewriter<H>) -> Vec<Bytes> {
     std::iter::from_fn(|| r.next_output()).collect()
 }
 
@@ -348,29 +353,7 @@ fn chat_run(input: &[u8], cuts: &[usize], fused: bool, how: Feed) -> (Vec<u8>, u
     opts.n(2);
     let mut rw = crate::ChatStream::new(std::sync::Arc::new(sources), opts);
     rw.handler_mut().set_fused(fused);
-    let mut out = Vec::new();
-    let mut at = 0;
-    for &c in cuts.iter().chain([&input.len()]) {
-        let piece = &input[at..c];
-        at = c;
-        match how {
-            Feed::Slices => rw.feed_slice(piece),
-            _ => rw.feed(Bytes::copy_from_slice(piece)),
-        }
-        if !matches!(how, Feed::Late) {
-            out.extend(
-                std::iter::from_fn(|| rw.next_output())
-                    .collect::<Vec<_>>()
-                    .concat(),
-            );
-        }
-    }
-    rw.finish();
-    out.extend(
-        std::iter::from_fn(|| rw.next_output())
-            .collect::<Vec<_>>()
-            .concat(),
-    );
+    let out = feed_all(&mut rw, input, cuts, how);
     (out, rw.straddled)
 }
 

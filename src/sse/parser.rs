@@ -635,7 +635,16 @@ mod tests {
     fn drive(input: &[u8], cuts: &[usize], by_ref: bool) -> (Vec<Frame>, Option<Bytes>) {
         let mut c = Config::new();
         c.max_event_size(40);
-        let mut p = Parser::with_config(&c);
+        drive_with(Parser::with_config(&c), input, cuts, by_ref)
+    }
+
+    /// [`drive`] with the parser `p`.
+    fn drive_with(
+        mut p: Parser,
+        input: &[u8],
+        cuts: &[usize],
+        by_ref: bool,
+    ) -> (Vec<Frame>, Option<Bytes>) {
         let mut frames = Vec::new();
         let mut at = 0;
         for &cut in cuts.iter().chain([&input.len()]) {
@@ -764,23 +773,7 @@ mod tests {
                 .take_while(|&c| c < input.len())
                 .collect();
             for by_ref in [false, true] {
-                let mut p = Parser::new();
-                let mut frames = Vec::new();
-                let mut at = 0;
-                for &cut in cuts.iter().chain([&input.len()]) {
-                    p.feed(Bytes::copy_from_slice(&input[at..cut]));
-                    at = cut;
-                    loop {
-                        let f = if by_ref {
-                            p.next_frame_ref().map(|f| f.to_frame())
-                        } else {
-                            p.next_frame()
-                        };
-                        let Some(f) = f else { break };
-                        frames.push(f);
-                    }
-                }
-                let tail = p.finish();
+                let (frames, tail) = drive_with(Parser::new(), &input, &cuts, by_ref);
                 assert_eq!(fields(&frames), fields(&whole.0), "read {read}");
                 assert_eq!(concat(&frames, &tail), input, "read {read}");
             }
