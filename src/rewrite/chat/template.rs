@@ -90,6 +90,10 @@ pub(crate) struct ChunkTemplate {
     pub(crate) framed: bool,
     /// Some hole is a number (set by `build`).
     numbers: bool,
+    /// The holes are numbers, then one content hole, and no segment after
+    /// a number starts with a byte that could continue it (set by `build`:
+    /// [`walk_nums_one`](Self::walk_nums_one) applies).
+    nums_one: bool,
     /// The chunk learned from and its `n` hole tokens, while on probation.
     sample: Vec<u8>,
     sample_holes: [(u16, u16); MAX_HOLES],
@@ -129,6 +133,22 @@ fn number_end(s: &[u8], i: usize) -> Option<usize> {
         (Some(b'-' | b'0'..=b'9'), _) => json::scan_number(s, i).ok(),
         _ => None,
     }
+}
+
+/// Whether `holes` (cutting `literal`) are numbers, then one content hole,
+/// each number followed by a segment whose first byte ends a JSON number.
+fn nums_one(literal: &[u8], holes: &[(u16, Hole)]) -> bool {
+    let Some(((_, Hole::Content(_)), nums)) = holes.split_last() else {
+        return false;
+    };
+    nums.iter().all(|&(end, h)| {
+        let next = literal.get(usize::from(end));
+        h == Hole::Num
+            && matches!(
+                next,
+                Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+            )
+    })
 }
 
 impl ChunkTemplate {
@@ -208,12 +228,77 @@ impl ChunkTemplate {
         self.walk_any(s, c)
     }
 
-    /// [`walk_any`](Self::walk_any) out of line, for a template with
-    /// number holes (Perplexity's running `usage`): the walk and the number
-    /// scan's word constants then have registers of their own.
+    /// The walk of a template with number holes (Perplexity's running
+    /// `usage`), out of line: the walk and the number scan's word constants
+    /// then have registers of their own. Numbers then one content hole
+    /// straight-line ([`walk_nums_one`](Self::walk_nums_one)), falling back
+    /// to [`walk_any`](Self::walk_any) when that one gives up.
     #[inline(never)]
     fn walk_numbers(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
+        if self.nums_one {
+            let mut unsure = false;
+            let end = self.walk_nums_one(s, c, &mut unsure);
+            if end.is_some() || !unsure {
+                return end;
+            }
+        }
         self.walk_any(s, c)
+    }
+
+    /// The walk of a template whose holes are numbers, then one content
+    /// hole: no hole dispatch, a number is one to seven plain digits (no
+    /// leading zero) read in one word.
+    /// Its answer is the general walk's, but `None` with `unsure` set: any
+    /// other number (a sign, a fraction, an exponent) is left to the
+    /// general walk. (A match is the general walk's: the segment after a
+    /// number starts with a byte that ends the number token, `nums_one`;
+    /// a mismatch is, unless a `.`, `e` or `E` could continue the number.)
+    #[inline(always)]
+    fn walk_nums_one(&self, s: &[u8], c: &mut Contents, unsure: &mut bool) -> Option<usize> {
+        let (&(head, Hole::Content(i)), nums) = self.holes.get(..self.n)?.split_last()? else {
+            return None;
+        };
+        let lit = self.literal.as_slice();
+        let (mut at, mut pos) = (0, 0);
+        for &(end, _) in nums {
+            let end = usize::from(end);
+            let seg = lit.get(at..end)?;
+            let (got, rest) = s.get(pos..)?.split_at_checked(seg.len())?;
+            if !same(got, seg) {
+                *unsure = matches!(s.get(pos), Some(b'.' | b'e' | b'E'));
+                return None;
+            }
+            // One word: 1 to 7 digits, no leading zero.
+            let Some(w) = rest.get(..8).and_then(|w| w.try_into().ok()) else {
+                *unsure = true;
+                return None;
+            };
+            let w = u64::from_le_bytes(w);
+            let d = json::leading_digits(w);
+            if d.wrapping_sub(1) >= 7 || (w as u8 == b'0' && d > 1) {
+                *unsure = true;
+                return None;
+            }
+            pos += seg.len() + d;
+            at = end;
+        }
+        let (seg, tail) = lit
+            .get(at..)?
+            .split_at_checked(usize::from(head).checked_sub(at)?)?;
+        let (got, r) = s.get(pos..)?.split_at_checked(seg.len())?;
+        if !same(got, seg) {
+            *unsure = matches!(s.get(pos), Some(b'.' | b'e' | b'E'));
+            return None;
+        }
+        let len = json::scan_string(r, 0).ok()?.0;
+        let got = r.get(len..)?.get(..tail.len())?;
+        if !same(got, tail) {
+            return None;
+        }
+        let start = pos + seg.len();
+        c.at[0] = (i, start + 1, start + len - 1);
+        c.n = 1;
+        Some(start + len + tail.len())
     }
 
     /// The general walk (any holes), recording the content bodies.
@@ -242,7 +327,16 @@ impl ChunkTemplate {
         } else {
             None
         };
-        one == general && (one.is_none() || c1.iter().eq(c2.iter()))
+        let (mut c3, mut unsure) = (Contents::default(), false);
+        let nums_agree = !(self.valid && self.nums_one) || {
+            let nums = self.walk_nums_one(s, &mut c3, &mut unsure);
+            if unsure {
+                nums.is_none()
+            } else {
+                nums == general && (nums.is_none() || c3.iter().eq(c2.iter()))
+            }
+        };
+        nums_agree && one == general && (one.is_none() || c1.iter().eq(c2.iter()))
     }
 
     /// [`walk_contents`](Self::walk_contents) for the most common template,
@@ -369,6 +463,7 @@ impl ChunkTemplate {
         self.literal.extend_from_slice(&s[at..]);
         self.n = cuts.len();
         self.numbers = cuts.iter().any(|c| c.1 == Hole::Num);
+        self.nums_one = self.numbers && nums_one(&self.literal, &self.holes[..cuts.len()]);
         self.valid = true;
         true
     }
@@ -554,20 +649,69 @@ mod tests {
             let base = s.replace("Hi", r#"a \"[1]\" \u00e9"#);
             let whole = t.walk_contents(base.as_bytes(), &mut Contents::default());
             assert_eq!(whole, Some(base.len()));
-            let mut inputs = vec![base.clone().into_bytes()];
-            for i in 0..base.len() {
-                inputs.push(base.as_bytes()[..i].to_vec());
-                for x in [b'"', b'\\', b'x', b'\n', 0x80] {
-                    let mut m = base.clone().into_bytes();
-                    m[i] = x;
-                    inputs.push(m);
-                }
+            assert_walks_agree(&t, &base);
+        }
+    }
+
+    /// The walks agree on `base`, on each of its truncations and on each
+    /// one-byte change of it.
+    fn assert_walks_agree(t: &ChunkTemplate, base: &str) {
+        let mut inputs = vec![base.as_bytes().to_vec()];
+        for i in 0..base.len() {
+            inputs.push(base.as_bytes()[..i].to_vec());
+            for x in [b'"', b'\\', b'x', b'\n', 0x80, b'0', b'7', b'.', b'-', b'e'] {
+                let mut m = base.as_bytes().to_vec();
+                m[i] = x;
+                inputs.push(m);
             }
-            for input in inputs {
-                assert!(
-                    t.walks_agree(&input),
-                    "{:?}",
-                    String::from_utf8_lossy(&input)
+        }
+        for input in inputs {
+            assert!(
+                t.walks_agree(&input),
+                "{:?}",
+                String::from_utf8_lossy(&input)
+            );
+        }
+    }
+
+    /// The straight-line walk of a numbers-then-content template (a
+    /// running `usage` before the choices) answers on matches and agrees
+    /// with the general walk wherever it answers (framed and not).
+    #[test]
+    fn walk_nums_one_equals_the_general_walk() {
+        let d = r#"{"id":"p","usage":{"prompt_tokens":10,"completion_tokens":7,"total_tokens":17},"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
+        let ev = format!("data: {d}\n\n");
+        let (mut cs, mut holes) = (Vec::new(), Vec::new());
+        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes).unwrap());
+        for framed in [false, true] {
+            let (s, at) = if framed { (ev.as_str(), 6) } else { (d, 0) };
+            let mut t = ChunkTemplate::default();
+            let contents = cs.iter().map(|c| (0, c.content.clone().unwrap()));
+            t.learn(s.as_bytes(), at, framed, contents, &holes);
+            let next = s.replace(":7,", ":8,").replace(":17}", ":18}");
+            assert!(t.matches(next.as_bytes(), &mut Contents::default()));
+            assert_eq!(t.kinds(), [Hole::Num, Hole::Num, Hole::Content(0)]);
+            assert!(t.nums_one);
+            let base = s
+                .replace(":7,", ":1234567,")
+                .replace("Hi", r#"a \"[1]\" \u00e9"#);
+            let (mut c, mut unsure) = (Contents::default(), false);
+            let end = t.walk_nums_one(base.as_bytes(), &mut c, &mut unsure);
+            assert_eq!(end, Some(base.len()));
+            assert_walks_agree(&t, &base);
+            let zero = s.replace(":7,", ":0,");
+            assert!(
+                t.walk_nums_one(zero.as_bytes(), &mut c, &mut unsure)
+                    .is_some()
+            );
+            for other in [":07,", ":-7,", ":7.5,", ":7e1,", ":12345678,"] {
+                let m = s.replace(":7,", other);
+                let end = t.walk_nums_one(m.as_bytes(), &mut c, &mut unsure);
+                assert!(end.is_none() && unsure, "{other}");
+                assert_eq!(
+                    t.walk_contents(m.as_bytes(), &mut c).is_some(),
+                    other != ":07,",
+                    "{other}"
                 );
             }
         }
