@@ -157,6 +157,14 @@ fn non_digit(w: u64) -> u64 {
     (t.wrapping_add(LO * 0x76) | t) & HI
 }
 
+/// How many ASCII digits the little-endian word `w` starts with (8 when
+/// all its bytes are).
+#[inline(always)]
+#[must_use]
+pub fn leading_digits(w: u64) -> usize {
+    (non_digit(w).trailing_zeros() / 8) as usize
+}
+
 /// The end of the run of ASCII digits starting at `b[i]` (eight at a time).
 #[inline]
 #[must_use]

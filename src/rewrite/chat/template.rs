@@ -90,6 +90,10 @@ pub(crate) struct ChunkTemplate {
     pub(crate) framed: bool,
     /// Some hole is a number (set by `build`).
     numbers: bool,
+    /// The holes are numbers, then one content hole, and no segment after
+    /// a number starts with a byte that could continue it (set by `build`:
+    /// [`walk_nums_one`](Self::walk_nums_one) applies).
+    nums_one: bool,
     /// The `n` hole tokens of the chunk learned from, while on probation:
     /// their [`token_hash`]es (not a copy of the chunk: learning allocates
     /// only the literal text).
@@ -149,6 +153,22 @@ fn number_end(s: &[u8], i: usize) -> Option<usize> {
         (Some(b'-' | b'0'..=b'9'), _) => json::scan_number(s, i).ok(),
         _ => None,
     }
+}
+
+/// Whether `holes` (cutting `literal`) are numbers, then one content hole,
+/// each number followed by a segment whose first byte ends a JSON number.
+fn nums_one(literal: &[u8], holes: &[(u16, Hole)]) -> bool {
+    let Some(((_, Hole::Content(_)), nums)) = holes.split_last() else {
+        return false;
+    };
+    nums.iter().all(|&(end, h)| {
+        let next = literal.get(usize::from(end));
+        h == Hole::Num
+            && matches!(
+                next,
+                Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+            )
+    })
 }
 
 impl ChunkTemplate {
@@ -228,12 +248,77 @@ impl ChunkTemplate {
         self.walk_any(s, c)
     }
 
-    /// [`walk_any`](Self::walk_any) out of line, for a template with
-    /// number holes (Perplexity's running `usage`): the walk and the number
-    /// scan's word constants then have registers of their own.
+    /// The walk of a template with number holes (Perplexity's running
+    /// `usage`), out of line: the walk and the number scan's word constants
+    /// then have registers of their own. Numbers then one content hole
+    /// straight-line ([`walk_nums_one`](Self::walk_nums_one)), falling back
+    /// to [`walk_any`](Self::walk_any) when that one gives up.
     #[inline(never)]
     fn walk_numbers(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
+        if self.nums_one {
+            let mut unsure = false;
+            let end = self.walk_nums_one(s, c, &mut unsure);
+            if end.is_some() || !unsure {
+                return end;
+            }
+        }
         self.walk_any(s, c)
+    }
+
+    /// The walk of a template whose holes are numbers, then one content
+    /// hole: no hole dispatch, a number is one to seven plain digits (no
+    /// leading zero) read in one word.
+    /// Its answer is the general walk's, but `None` with `unsure` set: any
+    /// other number (a sign, a fraction, an exponent) is left to the
+    /// general walk. (A match is the general walk's: the segment after a
+    /// number starts with a byte that ends the number token, `nums_one`;
+    /// a mismatch is, unless a `.`, `e` or `E` could continue the number.)
+    #[inline(always)]
+    fn walk_nums_one(&self, s: &[u8], c: &mut Contents, unsure: &mut bool) -> Option<usize> {
+        let (&(head, Hole::Content(i)), nums) = self.holes.get(..self.n)?.split_last()? else {
+            return None;
+        };
+        let lit = self.literal.as_slice();
+        let (mut at, mut pos) = (0, 0);
+        for &(end, _) in nums {
+            let end = usize::from(end);
+            let seg = lit.get(at..end)?;
+            let (got, rest) = s.get(pos..)?.split_at_checked(seg.len())?;
+            if !same(got, seg) {
+                *unsure = matches!(s.get(pos), Some(b'.' | b'e' | b'E'));
+                return None;
+            }
+            // One word: 1 to 7 digits, no leading zero.
+            let Some(w) = rest.get(..8).and_then(|w| w.try_into().ok()) else {
+                *unsure = true;
+                return None;
+            };
+            let w = u64::from_le_bytes(w);
+            let d = json::leading_digits(w);
+            if d.wrapping_sub(1) >= 7 || (w as u8 == b'0' && d > 1) {
+                *unsure = true;
+                return None;
+            }
+            pos += seg.len() + d;
+            at = end;
+        }
+        let (seg, tail) = lit
+            .get(at..)?
+            .split_at_checked(usize::from(head).checked_sub(at)?)?;
+        let (got, r) = s.get(pos..)?.split_at_checked(seg.len())?;
+        if !same(got, seg) {
+            *unsure = matches!(s.get(pos), Some(b'.' | b'e' | b'E'));
+            return None;
+        }
+        let len = json::scan_string(r, 0).ok()?.0;
+        let got = r.get(len..)?.get(..tail.len())?;
+        if !same(got, tail) {
+            return None;
+        }
+        let start = pos + seg.len();
+        c.at[0] = (i, start + 1, start + len - 1);
+        c.n = 1;
+        Some(start + len + tail.len())
     }
 
     /// The general walk (any holes), recording the content bodies.
@@ -262,7 +347,16 @@ impl ChunkTemplate {
         } else {
             None
         };
-        one == general && (one.is_none() || c1.iter().eq(c2.iter()))
+        let (mut c3, mut unsure) = (Contents::default(), false);
+        let nums_agree = !(self.valid && self.nums_one) || {
+            let nums = self.walk_nums_one(s, &mut c3, &mut unsure);
+            if unsure {
+                nums.is_none()
+            } else {
+                nums == general && (nums.is_none() || c3.iter().eq(c2.iter()))
+            }
+        };
+        nums_agree && one == general && (one.is_none() || c1.iter().eq(c2.iter()))
     }
 
     /// [`walk_contents`](Self::walk_contents) for the most common template,
@@ -386,220 +480,12 @@ impl ChunkTemplate {
         self.literal.extend_from_slice(&s[at..]);
         self.n = cuts.len();
         self.numbers = cuts.iter().any(|c| c.1 == Hole::Num);
+        self.nums_one = self.numbers && nums_one(&self.literal, &self.holes[..cuts.len()]);
         self.valid = true;
         true
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rewrite::chat::scan::fast_scan;
-
-    impl ChunkTemplate {
-        fn kinds(&self) -> Vec<Hole> {
-            self.holes[..self.n].iter().map(|h| h.1).collect()
-        }
-    }
-
-    /// The template learned from `d` the way the handler learns it.
-    fn learned(d: &str) -> ChunkTemplate {
-        let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
-        let mut t = ChunkTemplate::default();
-        let contents = cs
-            .iter()
-            .filter_map(|c| Some((c.index.unwrap(), c.content.clone()?)));
-        t.learn(d.as_bytes(), 0, false, contents, &holes);
-        t
-    }
-
-    fn content<'d>(t: &mut ChunkTemplate, d: &'d str) -> Option<Vec<(u32, &'d str)>> {
-        let mut c = Contents::default();
-        t.matches(d.as_bytes(), &mut c)
-            .then(|| c.iter().map(|(i, r)| (i, &d[r])).collect())
-    }
-
-    const CHUNK: &str = r#"{"id":"c1","choices":[{"index":2,"delta":{"content":"Hi"},"finish_reason":null}],"obfuscation":"ab"}"#;
-
-    #[test]
-    fn matches_chunks_of_the_same_shape() {
-        let mut t = learned(CHUNK);
-        assert!(t.valid);
-        // Holes: the content, the obfuscation.
-        assert_eq!(t.kinds(), [Hole::Content(2), Hole::Str]);
-        let other = CHUNK
-            .replace("Hi", r#"a \"[1]\" \u00e9"#)
-            .replace("ab", "xyz");
-        assert_eq!(
-            content(&mut t, &other),
-            Some(vec![(2, r#"a \"[1]\" \u00e9"#)])
-        );
-        assert_eq!(
-            t.kinds(),
-            [Hole::Content(2), Hole::Str],
-            "obfuscation varies"
-        );
-        assert_eq!(content(&mut t, CHUNK), Some(vec![(2, "Hi")]));
-    }
-
-    #[test]
-    fn constant_holes_become_literal_on_the_first_match() {
-        let mut t = learned(CHUNK);
-        assert_eq!(
-            content(&mut t, &CHUNK.replace("Hi", "Ho")),
-            Some(vec![(2, "Ho")])
-        );
-        assert_eq!(t.kinds(), [Hole::Content(2)]);
-        assert_eq!(content(&mut t, &CHUNK.replace("ab", "abc")), None);
-        assert_eq!(content(&mut t, CHUNK), Some(vec![(2, "Hi")]));
-    }
-
-    #[test]
-    fn several_choices_in_one_chunk() {
-        let d = r#"{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{}},{"index":2,"delta":{"content":"c"}}]}"#;
-        let mut t = learned(d);
-        assert_eq!(t.kinds(), [Hole::Content(0), Hole::Content(2)]);
-        let other = d.replace("\"a\"", "\"x[1]\"");
-        assert_eq!(content(&mut t, &other), Some(vec![(0, "x[1]"), (2, "c")]));
-    }
-
-    #[test]
-    fn anything_else_is_no_match() {
-        for d in [
-            CHUNK.replace("c1", "c2"),
-            CHUNK.replace("null", r#""stop""#),
-            CHUNK.replace(r#""Hi""#, "null"),
-            CHUNK.replace("Hi", "a\nb"),
-            CHUNK.replace(r#""ab""#, r#""ab"#),
-            format!("{CHUNK} "),
-            CHUNK[..CHUNK.len() - 1].to_owned(),
-            String::new(),
-        ] {
-            assert_eq!(content(&mut learned(CHUNK), &d), None, "{d:?}");
-        }
-        assert_eq!(content(&mut ChunkTemplate::default(), CHUNK), None);
-    }
-
-    #[test]
-    fn numbers_are_holes_but_not_the_index() {
-        let d = r#"{"id":"p","created":5,"choices":[{"index":1,"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":7,"total_tokens":10,"cost":0.25}}"#;
-        let other = d
-            .replace(":7,", ":17,")
-            .replace(":10,", ":20,")
-            .replace("0.25", "-1.5e-3");
-        assert_eq!(content(&mut learned(d), &other), Some(vec![(1, "a")]));
-        for bad in [
-            d.replace(r#""index":1"#, r#""index":2"#),
-            d.replace(r#""index":1"#, r#""index":1.5"#),
-            d.replace(":7,", r#":"7","#),
-            d.replace(":7,", ":07,"),
-            d.replace(r#""created":5"#, r#""created":6"#),
-        ] {
-            assert_eq!(content(&mut learned(d), &bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_chunk_without_content_has_no_content_hole() {
-        let d = r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#;
-        let mut t = learned(d);
-        assert_eq!(t.kinds(), [Hole::Str]);
-        assert_eq!(
-            content(&mut t, &d.replace("assistant", "tool")),
-            Some(vec![])
-        );
-    }
-
-    #[test]
-    fn framed_templates_match_events_at_the_start_of_a_piece() {
-        let ev = format!("data: {CHUNK}\n\n");
-        let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        assert!(fast_scan(CHUNK.as_bytes(), &mut cs, &mut holes, None).unwrap());
-        let mut t = ChunkTemplate::default();
-        let contents = cs.iter().map(|c| (2, c.content.clone().unwrap()));
-        t.learn(ev.as_bytes(), 6, true, contents, &holes);
-        let piece = format!("{}data: [DONE]\n\n", ev.replace("Hi", "Yo"));
-        let mut c = Contents::default();
-        let end = t.matches_event(piece.as_bytes(), &mut c).unwrap();
-        assert_eq!(end, ev.len());
-        assert_eq!(c.iter().map(|(_, r)| &piece[r]).collect::<Vec<_>>(), ["Yo"]);
-        for bad in [ev.replace("Hi", "H\ri"), ev.replace("\n\n", "\r\n\r\n")] {
-            assert!(t.matches_event(bad.as_bytes(), &mut c).is_none(), "{bad:?}");
-        }
-        let cut = &ev.as_bytes()[..ev.len() - 1];
-        assert!(t.matches_event(cut, &mut c).is_none());
-    }
-
-    #[test]
-    fn large_chunks_are_not_learned() {
-        let big = CHUNK.replace("Hi", &"x".repeat(MAX_TEMPLATE));
-        assert!(!learned(&big).valid);
-        let mut t = learned(CHUNK);
-        t.learn(big.as_bytes(), 0, false, std::iter::empty(), &[]);
-        assert!(!t.valid, "a failed learn forgets the old template");
-    }
-
-    #[test]
-    fn number_holes_end_where_the_json_scanner_says() {
-        for t in [
-            "0", "7", "12", "012", "-1", "-0.5", "1.5", "1e3", "1E+3", "0.25", "-", "1.", "a", "",
-        ] {
-            let s = format!("{t},");
-            let want = json::scan_number(s.as_bytes(), 0).ok();
-            assert_eq!(number_end(s.as_bytes(), 0), want, "{t}");
-        }
-        assert_eq!(number_end(b"12", 0), json::scan_number(b"12", 0).ok());
-    }
-
-    /// The straight-line walk of a one-content template agrees with the
-    /// general walk on every truncation and every one-byte change of a
-    /// matching chunk (framed and not).
-    #[test]
-    fn walk_one_equals_the_general_walk() {
-        let ev = format!("data: {CHUNK}\n\n").replace(r#","obfuscation":"ab""#, "");
-        let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        let d = &ev[6..ev.len() - 2];
-        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
-        for framed in [false, true] {
-            let (s, at) = if framed { (ev.as_str(), 6) } else { (d, 0) };
-            let mut t = ChunkTemplate::default();
-            let contents = cs.iter().map(|c| (2, c.content.clone().unwrap()));
-            t.learn(s.as_bytes(), at, framed, contents, &holes);
-            assert!(t.matches(s.replace("Hi", "Ho").as_bytes(), &mut Contents::default()));
-            assert_eq!(t.kinds(), [Hole::Content(2)]);
-            let base = s.replace("Hi", r#"a \"[1]\" \u00e9"#);
-            let whole = t.walk_contents(base.as_bytes(), &mut Contents::default());
-            assert_eq!(whole, Some(base.len()));
-            let mut inputs = vec![base.clone().into_bytes()];
-            for i in 0..base.len() {
-                inputs.push(base.as_bytes()[..i].to_vec());
-                for x in [b'"', b'\\', b'x', b'\n', 0x80] {
-                    let mut m = base.clone().into_bytes();
-                    m[i] = x;
-                    inputs.push(m);
-                }
-            }
-            for input in inputs {
-                assert!(
-                    t.walks_agree(&input),
-                    "{:?}",
-                    String::from_utf8_lossy(&input)
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn short_segments_compare_like_slices() {
-        let a: Vec<u8> = (0..40u8).collect();
-        for n in 0..40 {
-            for flip in 0..n {
-                let mut b = a[..n].to_vec();
-                assert!(same(&a[..n], &b));
-                b[flip] ^= 1;
-                assert!(!same(&a[..n], &b), "{n} {flip}");
-            }
-        }
-    }
-}
+#[path = "template_tests.rs"]
+mod tests;

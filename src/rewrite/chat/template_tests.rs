@@ -1,0 +1,260 @@
+//! Tests of [`ChunkTemplate`](super::ChunkTemplate): learning, probation and the walks against each other.
+
+use super::*;
+use crate::rewrite::chat::scan::fast_scan;
+
+impl ChunkTemplate {
+    fn kinds(&self) -> Vec<Hole> {
+        self.holes[..self.n].iter().map(|h| h.1).collect()
+    }
+}
+
+/// The template learned from `d` the way the handler learns it.
+fn learned(d: &str) -> ChunkTemplate {
+    let (mut cs, mut holes) = (Vec::new(), Vec::new());
+    assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    let mut t = ChunkTemplate::default();
+    let contents = cs
+        .iter()
+        .filter_map(|c| Some((c.index.unwrap(), c.content.clone()?)));
+    t.learn(d.as_bytes(), 0, false, contents, &holes);
+    t
+}
+
+fn content<'d>(t: &mut ChunkTemplate, d: &'d str) -> Option<Vec<(u32, &'d str)>> {
+    let mut c = Contents::default();
+    t.matches(d.as_bytes(), &mut c)
+        .then(|| c.iter().map(|(i, r)| (i, &d[r])).collect())
+}
+
+const CHUNK: &str = r#"{"id":"c1","choices":[{"index":2,"delta":{"content":"Hi"},"finish_reason":null}],"obfuscation":"ab"}"#;
+
+#[test]
+fn matches_chunks_of_the_same_shape() {
+    let mut t = learned(CHUNK);
+    assert!(t.valid);
+    // Holes: the content, the obfuscation.
+    assert_eq!(t.kinds(), [Hole::Content(2), Hole::Str]);
+    let other = CHUNK
+        .replace("Hi", r#"a \"[1]\" \u00e9"#)
+        .replace("ab", "xyz");
+    assert_eq!(
+        content(&mut t, &other),
+        Some(vec![(2, r#"a \"[1]\" \u00e9"#)])
+    );
+    assert_eq!(
+        t.kinds(),
+        [Hole::Content(2), Hole::Str],
+        "obfuscation varies"
+    );
+    assert_eq!(content(&mut t, CHUNK), Some(vec![(2, "Hi")]));
+}
+
+#[test]
+fn constant_holes_become_literal_on_the_first_match() {
+    let mut t = learned(CHUNK);
+    assert_eq!(
+        content(&mut t, &CHUNK.replace("Hi", "Ho")),
+        Some(vec![(2, "Ho")])
+    );
+    assert_eq!(t.kinds(), [Hole::Content(2)]);
+    assert_eq!(content(&mut t, &CHUNK.replace("ab", "abc")), None);
+    assert_eq!(content(&mut t, CHUNK), Some(vec![(2, "Hi")]));
+}
+
+#[test]
+fn several_choices_in_one_chunk() {
+    let d = r#"{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{}},{"index":2,"delta":{"content":"c"}}]}"#;
+    let mut t = learned(d);
+    assert_eq!(t.kinds(), [Hole::Content(0), Hole::Content(2)]);
+    let other = d.replace("\"a\"", "\"x[1]\"");
+    assert_eq!(content(&mut t, &other), Some(vec![(0, "x[1]"), (2, "c")]));
+}
+
+#[test]
+fn anything_else_is_no_match() {
+    for d in [
+        CHUNK.replace("c1", "c2"),
+        CHUNK.replace("null", r#""stop""#),
+        CHUNK.replace(r#""Hi""#, "null"),
+        CHUNK.replace("Hi", "a\nb"),
+        CHUNK.replace(r#""ab""#, r#""ab"#),
+        format!("{CHUNK} "),
+        CHUNK[..CHUNK.len() - 1].to_owned(),
+        String::new(),
+    ] {
+        assert_eq!(content(&mut learned(CHUNK), &d), None, "{d:?}");
+    }
+    assert_eq!(content(&mut ChunkTemplate::default(), CHUNK), None);
+}
+
+#[test]
+fn numbers_are_holes_but_not_the_index() {
+    let d = r#"{"id":"p","created":5,"choices":[{"index":1,"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":7,"total_tokens":10,"cost":0.25}}"#;
+    let other = d
+        .replace(":7,", ":17,")
+        .replace(":10,", ":20,")
+        .replace("0.25", "-1.5e-3");
+    assert_eq!(content(&mut learned(d), &other), Some(vec![(1, "a")]));
+    for bad in [
+        d.replace(r#""index":1"#, r#""index":2"#),
+        d.replace(r#""index":1"#, r#""index":1.5"#),
+        d.replace(":7,", r#":"7","#),
+        d.replace(":7,", ":07,"),
+        d.replace(r#""created":5"#, r#""created":6"#),
+    ] {
+        assert_eq!(content(&mut learned(d), &bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn a_chunk_without_content_has_no_content_hole() {
+    let d = r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#;
+    let mut t = learned(d);
+    assert_eq!(t.kinds(), [Hole::Str]);
+    assert_eq!(
+        content(&mut t, &d.replace("assistant", "tool")),
+        Some(vec![])
+    );
+}
+
+#[test]
+fn framed_templates_match_events_at_the_start_of_a_piece() {
+    let ev = format!("data: {CHUNK}\n\n");
+    let (mut cs, mut holes) = (Vec::new(), Vec::new());
+    assert!(fast_scan(CHUNK.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    let mut t = ChunkTemplate::default();
+    let contents = cs.iter().map(|c| (2, c.content.clone().unwrap()));
+    t.learn(ev.as_bytes(), 6, true, contents, &holes);
+    let piece = format!("{}data: [DONE]\n\n", ev.replace("Hi", "Yo"));
+    let mut c = Contents::default();
+    let end = t.matches_event(piece.as_bytes(), &mut c).unwrap();
+    assert_eq!(end, ev.len());
+    assert_eq!(c.iter().map(|(_, r)| &piece[r]).collect::<Vec<_>>(), ["Yo"]);
+    for bad in [ev.replace("Hi", "H\ri"), ev.replace("\n\n", "\r\n\r\n")] {
+        assert!(t.matches_event(bad.as_bytes(), &mut c).is_none(), "{bad:?}");
+    }
+    let cut = &ev.as_bytes()[..ev.len() - 1];
+    assert!(t.matches_event(cut, &mut c).is_none());
+}
+
+#[test]
+fn large_chunks_are_not_learned() {
+    let big = CHUNK.replace("Hi", &"x".repeat(MAX_TEMPLATE));
+    assert!(!learned(&big).valid);
+    let mut t = learned(CHUNK);
+    t.learn(big.as_bytes(), 0, false, std::iter::empty(), &[]);
+    assert!(!t.valid, "a failed learn forgets the old template");
+}
+
+#[test]
+fn number_holes_end_where_the_json_scanner_says() {
+    for t in [
+        "0", "7", "12", "012", "-1", "-0.5", "1.5", "1e3", "1E+3", "0.25", "-", "1.", "a", "",
+    ] {
+        let s = format!("{t},");
+        let want = json::scan_number(s.as_bytes(), 0).ok();
+        assert_eq!(number_end(s.as_bytes(), 0), want, "{t}");
+    }
+    assert_eq!(number_end(b"12", 0), json::scan_number(b"12", 0).ok());
+}
+
+/// The straight-line walk of a one-content template agrees with the
+/// general walk on every truncation and every one-byte change of a
+/// matching chunk (framed and not).
+#[test]
+fn walk_one_equals_the_general_walk() {
+    let ev = format!("data: {CHUNK}\n\n").replace(r#","obfuscation":"ab""#, "");
+    let (mut cs, mut holes) = (Vec::new(), Vec::new());
+    let d = &ev[6..ev.len() - 2];
+    assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    for framed in [false, true] {
+        let (s, at) = if framed { (ev.as_str(), 6) } else { (d, 0) };
+        let mut t = ChunkTemplate::default();
+        let contents = cs.iter().map(|c| (2, c.content.clone().unwrap()));
+        t.learn(s.as_bytes(), at, framed, contents, &holes);
+        assert!(t.matches(s.replace("Hi", "Ho").as_bytes(), &mut Contents::default()));
+        assert_eq!(t.kinds(), [Hole::Content(2)]);
+        let base = s.replace("Hi", r#"a \"[1]\" \u00e9"#);
+        let whole = t.walk_contents(base.as_bytes(), &mut Contents::default());
+        assert_eq!(whole, Some(base.len()));
+        assert_walks_agree(&t, &base);
+    }
+}
+
+/// The walks agree on `base`, on each of its truncations and on each
+/// one-byte change of it.
+fn assert_walks_agree(t: &ChunkTemplate, base: &str) {
+    let mut inputs = vec![base.as_bytes().to_vec()];
+    for i in 0..base.len() {
+        inputs.push(base.as_bytes()[..i].to_vec());
+        for x in [b'"', b'\\', b'x', b'\n', 0x80, b'0', b'7', b'.', b'-', b'e'] {
+            let mut m = base.as_bytes().to_vec();
+            m[i] = x;
+            inputs.push(m);
+        }
+    }
+    for input in inputs {
+        assert!(
+            t.walks_agree(&input),
+            "{:?}",
+            String::from_utf8_lossy(&input)
+        );
+    }
+}
+
+/// The straight-line walk of a numbers-then-content template (a
+/// running `usage` before the choices) answers on matches and agrees
+/// with the general walk wherever it answers (framed and not).
+#[test]
+fn walk_nums_one_equals_the_general_walk() {
+    let d = r#"{"id":"p","usage":{"prompt_tokens":10,"completion_tokens":7,"total_tokens":17},"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
+    let ev = format!("data: {d}\n\n");
+    let (mut cs, mut holes) = (Vec::new(), Vec::new());
+    assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    for framed in [false, true] {
+        let (s, at) = if framed { (ev.as_str(), 6) } else { (d, 0) };
+        let mut t = ChunkTemplate::default();
+        let contents = cs.iter().map(|c| (0, c.content.clone().unwrap()));
+        t.learn(s.as_bytes(), at, framed, contents, &holes);
+        let next = s.replace(":7,", ":8,").replace(":17}", ":18}");
+        assert!(t.matches(next.as_bytes(), &mut Contents::default()));
+        assert_eq!(t.kinds(), [Hole::Num, Hole::Num, Hole::Content(0)]);
+        assert!(t.nums_one);
+        let base = s
+            .replace(":7,", ":1234567,")
+            .replace("Hi", r#"a \"[1]\" \u00e9"#);
+        let (mut c, mut unsure) = (Contents::default(), false);
+        let end = t.walk_nums_one(base.as_bytes(), &mut c, &mut unsure);
+        assert_eq!(end, Some(base.len()));
+        assert_walks_agree(&t, &base);
+        let zero = s.replace(":7,", ":0,");
+        assert!(
+            t.walk_nums_one(zero.as_bytes(), &mut c, &mut unsure)
+                .is_some()
+        );
+        for other in [":07,", ":-7,", ":7.5,", ":7e1,", ":12345678,"] {
+            let m = s.replace(":7,", other);
+            let end = t.walk_nums_one(m.as_bytes(), &mut c, &mut unsure);
+            assert!(end.is_none() && unsure, "{other}");
+            assert_eq!(
+                t.walk_contents(m.as_bytes(), &mut c).is_some(),
+                other != ":07,",
+                "{other}"
+            );
+        }
+    }
+}
+
+#[test]
+fn short_segments_compare_like_slices() {
+    let a: Vec<u8> = (0..40u8).collect();
+    for n in 0..40 {
+        for flip in 0..n {
+            let mut b = a[..n].to_vec();
+            assert!(same(&a[..n], &b));
+            b[flip] ^= 1;
+            assert!(!same(&a[..n], &b), "{n} {flip}");
+        }
+    }
+}
