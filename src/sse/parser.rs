@@ -121,7 +121,7 @@ impl fmt::Debug for Parser {
             .field("max_event_size", &self.st.max)
             .field("queued", &self.st.queue.len())
             .field("buffered", &self.st.partial.len())
-            .field("discarding", &self.st.discard)
+            .field("discarding", &self.st.discard())
             .finish_non_exhaustive()
     }
 }
@@ -243,9 +243,7 @@ impl Parser {
         }
         if st.start < self.cur.len()
             || !st.queue.is_empty()
-            || st.after_cr
-            || st.discard
-            || st.bom.is_some()
+            || st.odd()
             || st.partial.len() + n > st.max
         {
             return false;
@@ -318,7 +316,7 @@ impl Parser {
     #[inline(never)]
     fn clean_rest_slow(&mut self) -> Option<(&Bytes, usize)> {
         let st = &mut self.st;
-        if st.after_cr || st.discard || st.bom.is_some() || !st.partial.is_empty() {
+        if st.odd() || !st.partial.is_empty() {
             return None;
         }
         if st.pos >= self.cur.len() {

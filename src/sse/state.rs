@@ -52,6 +52,14 @@ use super::parser::BOM;
 /// 4 KiB peak that `tests/sse_alloc.rs` holds the parser to.
 const GATHER_MIN: usize = 4000;
 
+/// [`State::odd`]: the last byte consumed was a CR line end at the end of
+/// a piece (its LF may start the next one).
+const AFTER_CR: u8 = 1;
+/// [`State::odd`]: an oversized block is being forwarded until a blank line.
+const DISCARD: u8 = 2;
+/// [`State::odd`]: the BOM is not decided yet.
+const BOM_PENDING: u8 = 4;
+
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
 pub(super) struct Found {
@@ -135,12 +143,12 @@ pub(super) struct State {
     pub(super) partial: BytesMut,
     /// Block-relative start of the current line.
     pub(super) line_start: usize,
-    /// The last byte consumed was a CR line end at the end of a piece.
-    pub(super) after_cr: bool,
-    /// BOM bytes matched so far; `None` once decided.
-    pub(super) bom: Option<u8>,
-    /// Oversized block: forwarding bytes until a blank line.
-    pub(super) discard: bool,
+    /// The conditions that keep the quick layers off, one bit each
+    /// ([`AFTER_CR`], [`DISCARD`], [`BOM_PENDING`]), so that one test of this byte
+    /// says that none holds.
+    odd: u8,
+    /// BOM bytes matched so far, while [`BOM_PENDING`] is set.
+    bom_k: u8,
     /// In discard mode: no byte since the last line end.
     pub(super) discard_at_line_start: bool,
     /// The held bytes end in an unterminated `data` line whose value starts
@@ -184,9 +192,8 @@ impl State {
             start: 0,
             partial: BytesMut::new(),
             line_start: 0,
-            after_cr: false,
-            bom: Some(0),
-            discard: false,
+            odd: BOM_PENDING,
+            bom_k: 0,
             discard_at_line_start: true,
             open_data: None,
             data: Data::None,
@@ -203,6 +210,56 @@ impl State {
         }
     }
 
+    /// The last byte consumed was a CR line end at the end of a piece.
+    #[inline]
+    pub(super) fn after_cr(&self) -> bool {
+        self.odd & AFTER_CR != 0
+    }
+
+    /// Discard mode: an oversized block is forwarded until a blank line.
+    #[inline]
+    pub(super) fn discard(&self) -> bool {
+        self.odd & DISCARD != 0
+    }
+
+    /// BOM bytes matched so far; `None` once decided.
+    #[inline]
+    pub(super) fn bom(&self) -> Option<u8> {
+        (self.odd & BOM_PENDING != 0).then_some(self.bom_k)
+    }
+
+    /// Whether a CR is pending, a block is discarded or the BOM is not
+    /// decided: one test for all three.
+    #[inline(always)]
+    pub(super) fn odd(&self) -> bool {
+        self.odd != 0
+    }
+
+    #[inline]
+    fn set(&mut self, bit: u8, on: bool) {
+        if on {
+            self.odd |= bit;
+        } else {
+            self.odd &= !bit;
+        }
+    }
+
+    #[inline]
+    fn set_after_cr(&mut self, on: bool) {
+        self.set(AFTER_CR, on);
+    }
+
+    #[inline]
+    fn set_discard(&mut self, on: bool) {
+        self.set(DISCARD, on);
+    }
+
+    #[inline]
+    fn set_bom(&mut self, k: Option<u8>) {
+        self.set(BOM_PENDING, k.is_some());
+        self.bom_k = k.unwrap_or(0);
+    }
+
     /// Block-relative offset of `cur[i]`.
     #[inline]
     pub(super) fn rel(&self, i: usize) -> usize {
@@ -217,9 +274,7 @@ impl State {
         self.pos < len
             && self.pos == self.start
             && self.line_start == 0
-            && !self.after_cr
-            && !self.discard
-            && self.bom.is_none()
+            && !self.odd()
             && self.partial.is_empty()
             && self.owned.is_empty()
             && self.joined.is_empty()
@@ -285,7 +340,7 @@ impl State {
     #[inline]
     fn gather_rest(&mut self, cur: &[u8]) -> bool {
         let len = cur.len();
-        if self.discard || self.partial.len() + (len - self.start) > self.max {
+        if self.discard() || self.partial.len() + (len - self.start) > self.max {
             return false;
         }
         if self.start < len {
@@ -327,13 +382,13 @@ impl State {
         if c == BOM[k] {
             self.pos += 1;
             if k + 1 == BOM.len() {
-                self.bom = None;
+                self.set_bom(None);
                 self.line_start = BOM.len();
             } else {
-                self.bom = Some(k as u8 + 1);
+                self.set_bom(Some(k as u8 + 1));
             }
         } else {
-            self.bom = None;
+            self.set_bom(None);
         }
     }
 
@@ -342,11 +397,11 @@ impl State {
     pub(super) fn scan(&mut self, chunk: &Bytes) -> Option<Found> {
         let len = chunk.len();
         while self.pos < len {
-            if self.after_cr {
-                self.after_cr = false;
+            if self.after_cr() {
+                self.set_after_cr(false);
                 if chunk[self.pos] == b'\n' {
                     self.pos += 1;
-                    if !self.discard && self.rel(self.pos - 1) == 0 {
+                    if !self.discard() && self.rel(self.pos - 1) == 0 {
                         // The CR ended the previous frame.
                         self.start = self.pos;
                         return Some(Found::plain(
@@ -354,17 +409,17 @@ impl State {
                             Loc::Cur(self.pos - 1, self.pos),
                         ));
                     }
-                    if !self.discard {
+                    if !self.discard() {
                         self.line_start += 1;
                     }
                     continue;
                 }
             }
-            if let Some(k) = self.bom {
+            if let Some(k) = self.bom() {
                 self.bom_step(chunk[self.pos], k);
                 continue;
             }
-            if self.discard {
+            if self.discard() {
                 if let Some(f) = self.discard_step(chunk) {
                     return Some(f);
                 }
@@ -378,6 +433,15 @@ impl State {
             }
             if let Some(q) = self.quick(chunk) {
                 return Some(q.found());
+            }
+            if self.pos == self.start
+                && self.partial.is_empty()
+                && chunk.get(self.pos) == Some(&b':')
+            {
+                match self.quick_comment(chunk) {
+                    Some(f) => return Some(f),
+                    None => continue,
+                }
             }
             // Find the end of the current line.
             let Some(i) = find_line_end(&chunk[self.pos..]) else {
@@ -417,41 +481,49 @@ impl State {
     pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
         // (`line_start` is 0 whenever this holds: any line consumed moves
         // `pos` past `start` or into `partial`.)
-        if self.pos != self.start
-            || self.after_cr
-            || self.discard
-            || self.bom.is_some()
-            || !self.partial.is_empty()
-        {
+        if self.pos != self.start || self.odd() || !self.partial.is_empty() {
             return None;
         }
         // (The last gathered frame, if any, is let go of by the next call
         // into the general path, before anything is gathered again.)
         debug_assert_eq!(self.line_start, 0);
-        let start = self.pos;
-        let rest = chunk.get(start..)?;
-        // Where the `data` line starts (after an optional `event` line, the
-        // Anthropic shape). Offsets are block-relative: the block starts
-        // at `start` and nothing is held.
-        let mut at = 0;
-        let mut event = None;
-        if !rest.starts_with(b"data:") {
-            if !rest.starts_with(b"event:") {
-                return None;
-            }
-            let v = 6 + usize::from(rest.get(6) == Some(&b' '));
-            let Some(i) = find_line_end(&rest[v..]) else {
-                self.pos = chunk.len();
-                return None;
-            };
-            let t = v + i;
-            at = t + self.terminator_len(rest, t);
-            event = Some(v..t);
-            if !rest[at..].starts_with(b"data:") {
-                self.commit(at, event, Data::None);
-                return None;
-            }
+        let rest = chunk.get(self.pos..)?;
+        if rest.starts_with(b"data:") {
+            // (A separate call with `at` constant: the common shape's
+            // offsets fold.)
+            return self.quick_data(chunk, rest, 0, None);
         }
+        // An `event` line first (the Anthropic shape). Offsets are
+        // block-relative: the block starts at `start` and nothing is held.
+        if !rest.starts_with(b"event:") {
+            return None;
+        }
+        let v = 6 + usize::from(rest.get(6) == Some(&b' '));
+        let Some(i) = find_line_end(&rest[v..]) else {
+            self.pos = chunk.len();
+            return None;
+        };
+        let t = v + i;
+        let at = t + self.terminator_len(rest, t);
+        if !rest[at..].starts_with(b"data:") {
+            self.commit(at, Some(v..t), Data::None);
+            return None;
+        }
+        self.quick_data(chunk, rest, at, Some(v..t))
+    }
+
+    /// [`quick`](Self::quick) from the `data:` line starting at `at` in
+    /// `rest` (the current piece from the block start on), after the
+    /// block's `event` line (`event`, its value's range) if any.
+    #[inline(always)]
+    fn quick_data(
+        &mut self,
+        chunk: &[u8],
+        rest: &[u8],
+        at: usize,
+        event: Option<Range<usize>>,
+    ) -> Option<Quick> {
+        let start = self.pos;
         let v = at + 5 + usize::from(rest.get(at + 5) == Some(&b' '));
         let Some(i) = find_line_end(&rest[v..]) else {
             self.commit(at, event, Data::None);
@@ -492,6 +564,32 @@ impl State {
         })
     }
 
+    /// A comment line at a block start with nothing held (`: keep-alive`,
+    /// `: OPENROUTER PROCESSING`): when a blank line follows within the
+    /// limit, the block is handed out as skipped without the general
+    /// loop's per-line steps. Otherwise the line is consumed exactly as the
+    /// general loop would (a comment changes nothing) and `None` is
+    /// returned for it to go on; `None` too at the end of the piece.
+    #[inline(never)]
+    fn quick_comment(&mut self, chunk: &[u8]) -> Option<Found> {
+        let start = self.start;
+        let Some(i) = find_line_end(&chunk[start..]) else {
+            self.pos = chunk.len();
+            return None;
+        };
+        let t = start + i;
+        let next = t + self.terminator_len(chunk, t);
+        self.pos = next;
+        if matches!(chunk.get(next), Some(b'\n' | b'\r')) && next - start <= self.max {
+            let end = next + self.terminator_len(chunk, next);
+            self.pos = end;
+            self.start = end;
+            return Some(Found::plain(FrameKind::Skipped, Loc::Cur(start, end)));
+        }
+        self.line_start = next - start;
+        None
+    }
+
     /// [`quick`](Self::quick) gives up after processing the block's lines
     /// up to `next` (block-relative): the state the general loop would have
     /// reached.
@@ -507,7 +605,7 @@ impl State {
     /// a line end: hand out what is held, then forward the rest as it
     /// comes.
     fn over_limit(&mut self) -> Found {
-        self.discard = true;
+        self.set_discard(true);
         self.discard_at_line_start = true;
         self.reset_block();
         self.owned = std::mem::take(&mut self.partial).freeze();
@@ -581,7 +679,7 @@ impl State {
                 Some(b'\n') => 2,
                 Some(_) => 1,
                 None => {
-                    self.after_cr = true;
+                    self.set_after_cr(true);
                     1
                 }
             }
@@ -596,7 +694,7 @@ impl State {
     pub(super) fn end_of_piece(&mut self, cur: &mut Bytes) -> Option<Found> {
         let len = cur.len();
         let start = self.start;
-        if self.discard {
+        if self.discard() {
             // Hand out the piece's rest; it stays `cur` until the next call.
             if start < len {
                 self.start = len;
@@ -610,8 +708,8 @@ impl State {
         if self.partial.len() + (len - start) > self.max {
             // Too large to interpret: forward what we have and discard the
             // rest of the block.
-            self.discard = true;
-            self.bom = None;
+            self.set_discard(true);
+            self.set_bom(None);
             self.discard_at_line_start = self.partial.len() + (len - start) == self.line_start;
             self.reset_block();
             if self.partial.is_empty() {
@@ -645,7 +743,7 @@ impl State {
         self.pos = t + self.terminator_len(chunk, t);
         self.discard_at_line_start = true;
         if blank {
-            self.discard = false;
+            self.set_discard(false);
             let f = Found::plain(FrameKind::Oversized, Loc::Cur(self.start, self.pos));
             self.start = self.pos;
             self.line_start = 0;
