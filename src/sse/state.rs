@@ -488,10 +488,13 @@ impl State {
         // into the general path, before anything is gathered again.)
         debug_assert_eq!(self.line_start, 0);
         let rest = chunk.get(self.pos..)?;
+        // (Separate calls with the offsets constant: they fold, and the
+        // usual `data: ` is one compare.)
+        if rest.starts_with(b"data: ") {
+            return self.quick_data(chunk, rest, 0, 6, None);
+        }
         if rest.starts_with(b"data:") {
-            // (A separate call with `at` constant: the common shape's
-            // offsets fold.)
-            return self.quick_data(chunk, rest, 0, None);
+            return self.quick_data(chunk, rest, 0, 5, None);
         }
         // An `event` line first (the Anthropic shape). Offsets are
         // block-relative: the block starts at `start` and nothing is held.
@@ -509,22 +512,24 @@ impl State {
             self.commit(at, Some(v..t), Data::None);
             return None;
         }
-        self.quick_data(chunk, rest, at, Some(v..t))
+        let value = at + 5 + usize::from(rest.get(at + 5) == Some(&b' '));
+        self.quick_data(chunk, rest, at, value, Some(v..t))
     }
 
     /// [`quick`](Self::quick) from the `data:` line starting at `at` in
-    /// `rest` (the current piece from the block start on), after the
-    /// block's `event` line (`event`, its value's range) if any.
+    /// `rest` (the current piece from the block start on), its value at
+    /// `v`, after the block's `event` line (`event`, its value's range) if
+    /// any.
     #[inline(always)]
     fn quick_data(
         &mut self,
         chunk: &[u8],
         rest: &[u8],
         at: usize,
+        v: usize,
         event: Option<Range<usize>>,
     ) -> Option<Quick> {
         let start = self.pos;
-        let v = at + 5 + usize::from(rest.get(at + 5) == Some(&b' '));
         let Some(i) = find_line_end(&rest[v..]) else {
             self.commit(at, event, Data::None);
             if at + 5 < rest.len() {
