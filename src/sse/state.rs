@@ -530,7 +530,8 @@ impl State {
         event: Option<Range<usize>>,
     ) -> Option<Quick> {
         let start = self.pos;
-        let Some(i) = find_line_end(&rest[v..]) else {
+        let line = &rest[v..];
+        let Some(i) = find_line_end(line) else {
             self.commit(at, event, Data::None);
             if at + 5 < rest.len() {
                 // Whether the value starts with a space is known.
@@ -549,7 +550,7 @@ impl State {
         let t = v + i;
         // A blank line next (LF LF, the usual shape, tested first), and the
         // block within the limit: its size is its lines up to the blank one.
-        let end = if rest.get(t..t + 2) == Some(b"\n\n") && t < self.max {
+        let end = if line.get(i..).is_some_and(|e| e.starts_with(b"\n\n")) && t < self.max {
             t + 2
         } else {
             let next = t + self.terminator_len(rest, t);
