@@ -6,9 +6,12 @@
 //! Two layers, one behaviour:
 //!
 //! ```text
-//!   quick      block start, nothing held: `data:` line (or `event:` then
-//!              `data:`) then a blank line, whole in the piece → the event,
-//!              one line-end search, no per-line bookkeeping. Anything else:
+//!   quick      block start, nothing held (`pos == start`, `odd` clear:
+//!              no CR pending, not discarding, BOM decided; `partial`
+//!              empty): `data:` line (or `event:` then `data:`) then a
+//!              blank line, whole in the piece → the event, one line-end
+//!              search, no per-line bookkeeping (`data: `, the usual
+//!              prefix, with its value offset constant). Anything else:
 //!              the lines it scanned are recorded as the general loop would
 //!              have processed them (`commit`), and the general loop goes on;
 //!              a `data` line running to the end of the piece is left open
@@ -20,6 +23,10 @@
 //!   advance    a piece scanned to its end with nothing queued has its rest
 //!              gathered and stays as the used-up `cur` (`gather_rest`)
 //!              until the next piece replaces it.
+//!   comment    in `scan`, a `:` line then a blank line at a clean block
+//!              start (`quick_comment`): skipped in one step; a comment
+//!              line followed by more lines is consumed as the general
+//!              loop would (it changes nothing) and the loop goes on.
 //!   general    `advance_general` / `scan`: every line, every field, CR and
 //!              split CRLF, BOM, `id`/`retry`, comments, the size limit and
 //!              discard mode.
@@ -34,8 +41,9 @@
 //!
 //! Every byte is searched once: where the quick layers give up, the state
 //! they leave is exactly the general loop's after the same bytes. The unit
-//! test `quick_path_matches_the_general_path_under_every_split`, the
-//! reference comparisons in `tests/sse_*.rs` and the fuzz targets `sse_*`
+//! tests `quick_path_matches_the_general_path_under_every_split` and
+//! `comment_blocks_match_the_general_path_under_every_split`
+//! (`tests/sse_api.rs`), the reference comparisons in `tests/sse_*.rs` and the fuzz targets `sse_*`
 //! hold the layers to that.
 
 use std::collections::VecDeque;
@@ -46,6 +54,7 @@ use bytes::{Bytes, BytesMut};
 use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
 use super::parser::BOM;
+use super::quick::Cont;
 
 /// The least room reserved for a block's bytes when it starts spanning
 /// pieces (see [`State::gather`]): a page with its header, under the
@@ -71,46 +80,6 @@ pub(super) struct Found {
     pub(super) event: Option<Range<usize>>,
     pub(super) id: Option<Range<usize>>,
     pub(super) retry: Option<u64>,
-}
-
-impl Quick {
-    /// The same event as a [`Found`].
-    #[inline]
-    pub(super) fn found(self) -> Found {
-        Found {
-            kind: FrameKind::Event,
-            raw: Loc::Cur(self.start, self.end),
-            data: Some(self.data),
-            event: self.event,
-            id: None,
-            retry: None,
-        }
-    }
-}
-
-/// An event completed by [`State::continue_data`]: its raw bytes are the
-/// gathered `State::owned`.
-#[derive(Clone, Debug)]
-pub(super) struct Cont {
-    /// The data's range in the raw bytes.
-    pub(super) data: Range<usize>,
-    /// The `event` line's value's range in the raw bytes.
-    pub(super) event: Option<Range<usize>>,
-}
-
-impl Cont {
-    /// The same event as a [`Found`].
-    #[inline]
-    pub(super) fn found(self) -> Found {
-        Found {
-            kind: FrameKind::Event,
-            raw: Loc::Owned,
-            data: Some(self.data),
-            event: self.event,
-            id: None,
-            retry: None,
-        }
-    }
 }
 
 impl Found {
@@ -169,18 +138,6 @@ pub(super) struct State {
     pub(super) owned: Bytes,
     /// Joined data of the last event when it had several `data` lines.
     pub(super) joined: Bytes,
-}
-
-/// An event found by [`State::quick`], lying whole in the current piece.
-#[derive(Clone, Debug)]
-pub(super) struct Quick {
-    /// The event's raw bytes: `cur[start..end]`.
-    pub(super) start: usize,
-    pub(super) end: usize,
-    /// The data's range in the raw bytes.
-    pub(super) data: Range<usize>,
-    /// The `event` line's value's range in the raw bytes.
-    pub(super) event: Option<Range<usize>>,
 }
 
 impl State {
@@ -470,210 +427,15 @@ impl State {
         None
     }
 
-    /// Fast path for the common blocks (`data: <value>`, or an `event:`
-    /// line then a `data:` line, then a blank line), at a block start with
-    /// nothing held: the event the general loop would dispatch, without its
-    /// per-line bookkeeping. When the block turns out to be anything else,
-    /// the lines already scanned are recorded exactly as the general loop
-    /// would have processed them (so no byte is scanned twice) and `None`
-    /// is returned: the general loop goes on from there.
-    #[inline(always)]
-    pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
-        // (`line_start` is 0 whenever this holds: any line consumed moves
-        // `pos` past `start` or into `partial`.)
-        if self.pos != self.start || self.odd() || !self.partial.is_empty() {
-            return None;
-        }
-        // (The last gathered frame, if any, is let go of by the next call
-        // into the general path, before anything is gathered again.)
-        debug_assert_eq!(self.line_start, 0);
-        let rest = chunk.get(self.pos..)?;
-        // (Separate calls with the offsets constant: they fold, and the
-        // usual `data: ` is one compare.)
-        if rest.starts_with(b"data: ") {
-            return self.quick_data(chunk, rest, 0, 6, None);
-        }
-        if rest.starts_with(b"data:") {
-            return self.quick_data(chunk, rest, 0, 5, None);
-        }
-        // An `event` line first (the Anthropic shape). Offsets are
-        // block-relative: the block starts at `start` and nothing is held.
-        if !rest.starts_with(b"event:") {
-            return None;
-        }
-        let v = 6 + usize::from(rest.get(6) == Some(&b' '));
-        let Some(i) = find_line_end(&rest[v..]) else {
-            self.pos = chunk.len();
-            return None;
-        };
-        let t = v + i;
-        let at = t + self.terminator_len(rest, t);
-        if !rest[at..].starts_with(b"data:") {
-            self.commit(at, Some(v..t), Data::None);
-            return None;
-        }
-        let value = at + 5 + usize::from(rest.get(at + 5) == Some(&b' '));
-        self.quick_data(chunk, rest, at, value, Some(v..t))
-    }
-
-    /// [`quick`](Self::quick) from the `data:` line starting at `at` in
-    /// `rest` (the current piece from the block start on), its value at
-    /// `v`, after the block's `event` line (`event`, its value's range) if
-    /// any.
-    #[inline(always)]
-    fn quick_data(
-        &mut self,
-        chunk: &[u8],
-        rest: &[u8],
-        at: usize,
-        v: usize,
-        event: Option<Range<usize>>,
-    ) -> Option<Quick> {
-        let start = self.pos;
-        let line = &rest[v..];
-        let Some(i) = find_line_end(line) else {
-            self.commit(at, event, Data::None);
-            if at + 5 < rest.len() {
-                // Whether the value starts with a space is known.
-                self.open_data = Some(v);
-            }
-            self.pos = chunk.len();
-            if rest.len() <= self.max {
-                // The block goes on in the next piece: its bytes so far
-                // are gathered now (what the end of the piece would do).
-                self.release_owned();
-                self.gather(rest);
-                self.start = chunk.len();
-            }
-            return None;
-        };
-        let t = v + i;
-        // A blank line next (LF LF, the usual shape, tested first), and the
-        // block within the limit: its size is its lines up to the blank one.
-        let end = if line.get(i..).is_some_and(|e| e.starts_with(b"\n\n")) && t < self.max {
-            t + 2
-        } else {
-            let next = t + self.terminator_len(rest, t);
-            if !matches!(rest.get(next), Some(b'\n' | b'\r')) || next > self.max {
-                self.commit(next, event, Data::One(v..t));
-                return None;
-            }
-            next + self.terminator_len(rest, next)
-        };
-        self.pos = start + end;
-        self.start = self.pos;
-        Some(Quick {
-            start,
-            end: start + end,
-            data: v..t,
-            event,
-        })
-    }
-
-    /// A comment line at a block start with nothing held (`: keep-alive`,
-    /// `: OPENROUTER PROCESSING`): when a blank line follows within the
-    /// limit, the block is handed out as skipped without the general
-    /// loop's per-line steps. Otherwise the line is consumed exactly as the
-    /// general loop would (a comment changes nothing) and `None` is
-    /// returned for it to go on; `None` too at the end of the piece.
-    #[inline(never)]
-    fn quick_comment(&mut self, chunk: &[u8]) -> Option<Found> {
-        let start = self.start;
-        let Some(i) = find_line_end(&chunk[start..]) else {
-            self.pos = chunk.len();
-            return None;
-        };
-        let t = start + i;
-        let next = t + self.terminator_len(chunk, t);
-        self.pos = next;
-        if matches!(chunk.get(next), Some(b'\n' | b'\r')) && next - start <= self.max {
-            let end = next + self.terminator_len(chunk, next);
-            self.pos = end;
-            self.start = end;
-            return Some(Found::plain(FrameKind::Skipped, Loc::Cur(start, end)));
-        }
-        self.line_start = next - start;
-        None
-    }
-
-    /// [`quick`](Self::quick) gives up after processing the block's lines
-    /// up to `next` (block-relative): the state the general loop would have
-    /// reached.
-    #[inline]
-    fn commit(&mut self, next: usize, event: Option<Range<usize>>, data: Data) {
-        self.pos = self.start + next;
-        self.line_start = next;
-        self.event = event;
-        self.data = data;
-    }
-
     /// The block held across pieces is over the limit before its end, at
     /// a line end: hand out what is held, then forward the rest as it
     /// comes.
-    fn over_limit(&mut self) -> Found {
+    pub(super) fn over_limit(&mut self) -> Found {
         self.set_discard(true);
         self.discard_at_line_start = true;
         self.reset_block();
         self.owned = std::mem::take(&mut self.partial).freeze();
         Found::plain(FrameKind::Oversized, Loc::Owned)
-    }
-
-    /// Goes on with the `data` line that [`quick`](Self::quick) left open
-    /// at the end of the previous piece (its value starting at `v`,
-    /// block-relative): when the line and then a blank line end in this
-    /// piece, the event, gathered with one copy (`Err`: an oversized
-    /// frame, the line over the limit). Otherwise the line is
-    /// processed (or left open) exactly as the general loop would, and
-    /// `None` is returned.
-    #[inline(always)]
-    fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Result<Cont, Found>> {
-        let Some(i) = find_line_end(&chunk[self.pos..]) else {
-            self.pos = chunk.len();
-            self.open_data = Some(v);
-            return None;
-        };
-        let t = self.pos + i;
-        let next = t + self.terminator_len(chunk, t);
-        let line_end = self.rel(t);
-        self.pos = next;
-        if self.rel(next) > self.max {
-            return Some(Err(self.over_limit()));
-        }
-        if !matches!(chunk.get(next), Some(b'\n' | b'\r')) {
-            self.gather(&chunk[self.start..next]);
-            self.start = next;
-            self.line_start = self.rel(next);
-            self.data = Data::One(v..line_end);
-            return None;
-        }
-        let end = next + self.terminator_len(chunk, next);
-        self.gather(&chunk[self.start..end]);
-        self.owned = self.partial.split().freeze();
-        self.pos = end;
-        self.start = end;
-        self.line_start = 0;
-        Some(Ok(Cont {
-            data: v..line_end,
-            event: self.event.take(),
-        }))
-    }
-
-    /// At the start of a piece, a `data` line that [`quick`](Self::quick)
-    /// left open, continued ([`continue_data`](Self::continue_data)): the
-    /// event, when it ends in this piece (`Err`: the frame the line's limit
-    /// check produced). The common step after a quick
-    /// event spanning two pieces, taken before [`advance`](Self::advance)
-    /// (which goes on where this leaves off).
-    #[inline(always)]
-    pub(super) fn continue_open(&mut self, cur: &[u8]) -> Option<Result<Cont, Found>> {
-        if self.pos >= cur.len() {
-            return None;
-        }
-        // (Set only by `quick`/`continue_data`, so no CR is pending, the
-        // BOM is decided and nothing is discarded.)
-        let v = self.open_data.take()?;
-        self.release_owned();
-        self.continue_data(cur, v)
     }
 
     /// Length of the line end at `chunk[t]` (a CR or LF); notes a CR at the
