@@ -120,15 +120,16 @@ fn drive_with(
 /// The quick path (its own entry in `next_frame_ref`, its continuation
 /// of a `data` line across pieces) hands out what `next_frame` does, and
 /// both what a one-piece parse does, under every two cuts; the blocks
-/// mix the quick shapes with ones it declines halfway (a second `data`
-/// line, an `id` after `event`, CR line ends, one over the limit).
+/// mix the quick shapes (`data:` and `event:` with and without the
+/// optional space) with ones it declines halfway (a second `data` line, an
+/// `id` after `event`, CR line ends, one over the limit).
 #[test]
 fn quick_path_matches_the_general_path_under_every_split() {
     let input: &[u8] = b"data: a\n\nevent: e\ndata:b\r\n\r\ndata: c\ndata: d\n\n\
         event:x\nid: 7\ndata: e\n\ndata: 0123456789012345678901234567890123456789\n\n\
-        data:  f\r\rdata: g";
+        event:y\ndata: h\n\ndata:  f\r\rdata: g";
     let whole = drive(input, &[], false);
-    assert_eq!(fields(&whole.0).len(), 5);
+    assert_eq!(fields(&whole.0).len(), 6);
     for i in 0..=input.len() {
         for j in i..=input.len() {
             let by_ref = drive(input, &[i, j], true);

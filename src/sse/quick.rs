@@ -92,21 +92,28 @@ impl State {
         }
         // An `event` line first (the Anthropic shape). Offsets are
         // block-relative: the block starts at `start` and nothing is held.
-        if !rest.starts_with(b"event:") {
+        let v = if rest.starts_with(b"event: ") {
+            7
+        } else if rest.starts_with(b"event:") {
+            6
+        } else {
             return None;
-        }
-        let v = 6 + usize::from(rest.get(6) == Some(&b' '));
+        };
         let Some(i) = find_line_end(&rest[v..]) else {
             self.pos = chunk.len();
             return None;
         };
         let t = v + i;
         let at = t + self.terminator_len(rest, t);
-        if !rest[at..].starts_with(b"data:") {
+        let line = &rest[at..];
+        let value = if line.starts_with(b"data: ") {
+            at + 6
+        } else if line.starts_with(b"data:") {
+            at + 5
+        } else {
             self.commit(at, Some(v..t), Data::None);
             return None;
-        }
-        let value = at + 5 + usize::from(rest.get(at + 5) == Some(&b' '));
+        };
         self.quick_data(chunk, rest, at, value, Some(v..t))
     }
 
