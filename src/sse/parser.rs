@@ -410,7 +410,7 @@ impl Parser {
     pub fn next_frame(&mut self) -> Option<Frame> {
         if let Some(q) = self.st.quick(&self.cur) {
             return Some(Frame::Event(Event {
-                raw: self.cur.slice(q.start..q.end),
+                raw: self.cur.slice(q.start..q.start + q.len),
                 data: DataRepr::Slice(q.data),
                 event: q.event,
                 id: None,
@@ -483,7 +483,7 @@ impl Parser {
     #[must_use]
     pub fn next_frame_ref(&mut self) -> Option<FrameRef<'_>> {
         if let Some(q) = self.st.quick(&self.cur) {
-            let raw = &self.cur[q.start..q.end];
+            let raw = &self.cur[q.start..][..q.len];
             return Some(FrameRef {
                 kind: FrameKind::Event,
                 raw,

@@ -14,9 +14,9 @@ use super::state::{Found, State};
 /// An event found by [`State::quick`], lying whole in the current piece.
 #[derive(Clone, Debug)]
 pub(super) struct Quick {
-    /// The event's raw bytes: `cur[start..end]`.
+    /// The event's raw bytes: `cur[start..][..len]`.
     pub(super) start: usize,
-    pub(super) end: usize,
+    pub(super) len: usize,
     /// The data's range in the raw bytes.
     pub(super) data: Range<usize>,
     /// The `event` line's value's range in the raw bytes.
@@ -29,7 +29,7 @@ impl Quick {
     pub(super) fn found(self) -> Found {
         Found {
             kind: FrameKind::Event,
-            raw: Loc::Cur(self.start, self.end),
+            raw: Loc::Cur(self.start, self.start + self.len),
             data: Some(self.data),
             event: self.event,
             id: None,
@@ -165,7 +165,7 @@ impl State {
         self.start = self.pos;
         Some(Quick {
             start,
-            end: start + end,
+            len: end,
             data: v..t,
             event,
         })
