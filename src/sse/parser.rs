@@ -254,6 +254,7 @@ impl Parser {
             _ if piece.iter().any(|&b| b == b'\n' || b == b'\r') => return false,
             _ => st.partial.extend_from_slice(piece),
         }
+        st.note_held();
         true
     }
 
@@ -316,7 +317,7 @@ impl Parser {
     #[inline(never)]
     fn clean_rest_slow(&mut self) -> Option<(&Bytes, usize)> {
         let st = &mut self.st;
-        if st.odd() || !st.partial.is_empty() {
+        if st.unclean() {
             return None;
         }
         if st.pos >= self.cur.len() {

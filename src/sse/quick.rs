@@ -75,7 +75,7 @@ impl State {
     pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
         // (`line_start` is 0 whenever this holds: any line consumed moves
         // `pos` past `start` or into `partial`.)
-        if self.pos != self.start || self.odd() || !self.partial.is_empty() {
+        if self.pos != self.start || self.unclean() {
             return None;
         }
         // (The last gathered frame, if any, is let go of by the next call
@@ -239,6 +239,7 @@ impl State {
         let end = next + self.terminator_len(chunk, next);
         self.gather(&chunk[self.start..end]);
         self.owned = self.partial.split().freeze();
+        self.note_released();
         self.pos = end;
         self.start = end;
         self.line_start = 0;

@@ -68,6 +68,10 @@ const AFTER_CR: u8 = 1;
 const DISCARD: u8 = 2;
 /// [`State::odd`]: the BOM is not decided yet.
 const BOM_PENDING: u8 = 4;
+/// [`State::odd`]: the current block has bytes held in `partial` (set and
+/// cleared with every change of its emptiness, so that the quick layers'
+/// entry test reads one byte).
+const HELD: u8 = 8;
 
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
@@ -113,8 +117,8 @@ pub(super) struct State {
     /// Block-relative start of the current line.
     pub(super) line_start: usize,
     /// The conditions that keep the quick layers off, one bit each
-    /// ([`AFTER_CR`], [`DISCARD`], [`BOM_PENDING`]), so that one test of this byte
-    /// says that none holds.
+    /// ([`AFTER_CR`], [`DISCARD`], [`BOM_PENDING`], [`HELD`]), so that one
+    /// test of this byte says that none holds.
     odd: u8,
     /// BOM bytes matched so far, while [`BOM_PENDING`] is set.
     bom_k: u8,
@@ -189,7 +193,27 @@ impl State {
     /// decided: one test for all three.
     #[inline(always)]
     pub(super) fn odd(&self) -> bool {
+        self.odd & !HELD != 0
+    }
+
+    /// [`odd`](Self::odd), or bytes of the current block are held: one
+    /// test for what keeps a block start from being clean.
+    #[inline(always)]
+    pub(super) fn unclean(&self) -> bool {
+        debug_assert_eq!(self.odd & HELD != 0, !self.partial.is_empty());
         self.odd != 0
+    }
+
+    /// Bytes were added to `partial`.
+    #[inline(always)]
+    pub(super) fn note_held(&mut self) {
+        self.odd |= HELD;
+    }
+
+    /// `partial` was emptied (split off or taken).
+    #[inline(always)]
+    pub(super) fn note_released(&mut self) {
+        self.odd &= !HELD;
     }
 
     #[inline]
@@ -231,8 +255,7 @@ impl State {
         self.pos < len
             && self.pos == self.start
             && self.line_start == 0
-            && !self.odd()
-            && self.partial.is_empty()
+            && !self.unclean()
             && self.owned.is_empty()
             && self.joined.is_empty()
     }
@@ -257,6 +280,7 @@ impl State {
             self.make_room(b.len());
         }
         self.partial.extend_from_slice(b);
+        self.note_held();
     }
 
     /// [`gather`](Self::gather) when the buffer is short of room for `n`
@@ -435,6 +459,7 @@ impl State {
         self.discard_at_line_start = true;
         self.reset_block();
         self.owned = std::mem::take(&mut self.partial).freeze();
+        self.note_released();
         Found::plain(FrameKind::Oversized, Loc::Owned)
     }
 
@@ -486,6 +511,7 @@ impl State {
             }
             // The held bytes now, the piece's rest on the next call.
             self.owned = std::mem::take(&mut self.partial).freeze();
+            self.note_released();
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
         if start < len {
@@ -593,6 +619,7 @@ impl State {
         } else {
             self.gather(&chunk[self.start..next]);
             self.owned = self.partial.split().freeze();
+            self.note_released();
             Loc::Owned
         };
         let block_start = self.start;
