@@ -182,3 +182,76 @@ fn default_limit_is_inclusive_and_enforced() {
         }
     }
 }
+
+/// The frames of `input` cut at `cuts`, with the event size limit `max`,
+/// as (kind, raw bytes, data) with what depends on the cuts merged: a
+/// [`Frame::LineEnd`] into the frame before it, adjacent oversized pieces
+/// into one. Then the unterminated tail.
+fn frames_cut(input: &[u8], cuts: &[usize], max: usize) -> (Vec<Shown>, Option<Bytes>) {
+    let mut c = Config::new();
+    c.max_event_size(max);
+    let mut p = Parser::with_config(&c);
+    let mut frames: Vec<Shown> = Vec::new();
+    let mut at = 0;
+    for &cut in cuts.iter().chain([&input.len()]) {
+        p.feed(Bytes::copy_from_slice(&input[at..cut]));
+        at = cut;
+        for f in drain(&mut p) {
+            let (kind, data) = match &f {
+                Frame::Event(e) => ("event", e.data().to_vec()),
+                Frame::Skipped(_) => ("skipped", Vec::new()),
+                Frame::Oversized(_) => ("oversized", Vec::new()),
+                Frame::LineEnd(_) => ("line end", Vec::new()),
+            };
+            match frames.last_mut() {
+                Some(last) if kind == "line end" || (kind == "oversized" && last.0 == kind) => {
+                    last.1.extend_from_slice(f.raw());
+                }
+                _ => frames.push((kind, f.raw().to_vec(), data)),
+            }
+        }
+    }
+    (frames, p.finish())
+}
+
+/// A frame as [`frames_cut`] shows it.
+type Shown = (&'static str, Vec<u8>, Vec<u8>);
+
+/// Comment blocks at a block start take their own quick step (a comment
+/// line, then a blank line, whole in the piece: skipped at once; else the
+/// line consumed and the general loop goes on). Under every two cuts the
+/// frames are those of one-byte reads (where no line end is ever in the
+/// piece, so the general loop does all the work), for blocks of every
+/// shape around it: CR and CRLF ends, a comment before fields, several
+/// comments, a comment block at and over the limit.
+#[test]
+fn comment_blocks_match_the_general_path_under_every_split() {
+    let input: &[u8] = b": OPENROUTER PROCESSING\n\ndata: a\n\n:\n\n: c\r\n\r\n:x\r\r\
+        : one\n: two\ndata: b\n\n: then data\ndata: c\n\n: 012345678901234567890123456\n\n\
+        : 0123456789012345678901234567\n\n:tail";
+    let max = 30;
+    let cuts: Vec<usize> = (1..input.len()).collect();
+    let bytewise = frames_cut(input, &cuts, max);
+    let kinds: Vec<&str> = bytewise.0.iter().map(|f| f.0).collect();
+    assert_eq!(
+        kinds,
+        [
+            "skipped",
+            "event",
+            "skipped",
+            "skipped",
+            "skipped",
+            "event",
+            "event",
+            "skipped",
+            "oversized"
+        ]
+    );
+    assert_eq!(bytewise.0[0].1, b": OPENROUTER PROCESSING\n\n");
+    assert_eq!(bytewise.1.as_deref(), Some(&b":tail"[..]));
+    for i in 0..=input.len() {
+        for j in i..=input.len() {
+            assert_eq!(frames_cut(input, &[i, j], max), bytewise, "cuts {i} {j}");
+        }
+    }
+}

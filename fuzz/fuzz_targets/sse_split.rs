@@ -4,6 +4,7 @@
 //! With and without a small event size limit. And the borrowing read path
 //! (`next_frame_ref`, which has its own entry to the quick path for common
 //! blocks) hands out the same frames as `next_frame` under the same split.
+//! One-byte reads (the general loop only) give the same events too.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -52,6 +53,14 @@ fuzz_target!(|case: Case| {
     if let Some(max) = case.limit {
         assert!(split.max_buffered <= usize::from(max) + 2);
     }
+    // One-byte reads: no line end is ever whole in a piece, so the quick
+    // layers (whole events, comment blocks, open `data` lines) hand out
+    // nothing and the general loop does all the work: the same events.
+    let bytewise = sse_ref::run_pieces(&config, None, &sse_ref::pieces_of(&input, 1), &[]);
+    assert_eq!(bytewise.keys(), one.keys(), "one-byte reads");
+    assert_eq!(bytewise.tail, one.tail);
+    assert_eq!(bytewise.reconnection_time, one.reconnection_time);
+    assert_eq!(bytewise.last_event_id, one.last_event_id);
     let pieces = sse_ref::pieces_at(&input, &cuts);
     assert_eq!(
         drive(&config, &pieces, true),

@@ -42,6 +42,7 @@
 mod frame;
 mod line_end;
 mod parser;
+mod quick;
 mod state;
 mod writer;
 

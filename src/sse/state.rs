@@ -6,9 +6,12 @@
 //! Two layers, one behaviour:
 //!
 //! ```text
-//!   quick      block start, nothing held: `data:` line (or `event:` then
-//!              `data:`) then a blank line, whole in the piece → the event,
-//!              one line-end search, no per-line bookkeeping. Anything else:
+//!   quick      block start, nothing held (`pos == start`, `odd` clear:
+//!              no CR pending, not discarding, BOM decided; `partial`
+//!              empty): `data:` line (or `event:` then `data:`) then a
+//!              blank line, whole in the piece → the event, one line-end
+//!              search, no per-line bookkeeping (`data: `, the usual
+//!              prefix, with its value offset constant). Anything else:
 //!              the lines it scanned are recorded as the general loop would
 //!              have processed them (`commit`), and the general loop goes on;
 //!              a `data` line running to the end of the piece is left open
@@ -20,6 +23,10 @@
 //!   advance    a piece scanned to its end with nothing queued has its rest
 //!              gathered and stays as the used-up `cur` (`gather_rest`)
 //!              until the next piece replaces it.
+//!   comment    in `scan`, a `:` line then a blank line at a clean block
+//!              start (`quick_comment`): skipped in one step; a comment
+//!              line followed by more lines is consumed as the general
+//!              loop would (it changes nothing) and the loop goes on.
 //!   general    `advance_general` / `scan`: every line, every field, CR and
 //!              split CRLF, BOM, `id`/`retry`, comments, the size limit and
 //!              discard mode.
@@ -34,8 +41,9 @@
 //!
 //! Every byte is searched once: where the quick layers give up, the state
 //! they leave is exactly the general loop's after the same bytes. The unit
-//! test `quick_path_matches_the_general_path_under_every_split`, the
-//! reference comparisons in `tests/sse_*.rs` and the fuzz targets `sse_*`
+//! tests `quick_path_matches_the_general_path_under_every_split` and
+//! `comment_blocks_match_the_general_path_under_every_split`
+//! (`tests/sse_api.rs`), the reference comparisons in `tests/sse_*.rs` and the fuzz targets `sse_*`
 //! hold the layers to that.
 
 use std::collections::VecDeque;
@@ -46,11 +54,24 @@ use bytes::{Bytes, BytesMut};
 use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
 use super::parser::BOM;
+use super::quick::Cont;
 
 /// The least room reserved for a block's bytes when it starts spanning
 /// pieces (see [`State::gather`]): a page with its header, under the
 /// 4 KiB peak that `tests/sse_alloc.rs` holds the parser to.
 const GATHER_MIN: usize = 4000;
+
+/// [`State::odd`]: the last byte consumed was a CR line end at the end of
+/// a piece (its LF may start the next one).
+const AFTER_CR: u8 = 1;
+/// [`State::odd`]: an oversized block is being forwarded until a blank line.
+const DISCARD: u8 = 2;
+/// [`State::odd`]: the BOM is not decided yet.
+const BOM_PENDING: u8 = 4;
+/// [`State::odd`]: the current block has bytes held in `partial` (set and
+/// cleared with every change of its emptiness, so that the quick layers'
+/// entry test reads one byte).
+const HELD: u8 = 8;
 
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
@@ -63,46 +84,6 @@ pub(super) struct Found {
     pub(super) event: Option<Range<usize>>,
     pub(super) id: Option<Range<usize>>,
     pub(super) retry: Option<u64>,
-}
-
-impl Quick {
-    /// The same event as a [`Found`].
-    #[inline]
-    pub(super) fn found(self) -> Found {
-        Found {
-            kind: FrameKind::Event,
-            raw: Loc::Cur(self.start, self.end),
-            data: Some(self.data),
-            event: self.event,
-            id: None,
-            retry: None,
-        }
-    }
-}
-
-/// An event completed by [`State::continue_data`]: its raw bytes are the
-/// gathered `State::owned`.
-#[derive(Clone, Debug)]
-pub(super) struct Cont {
-    /// The data's range in the raw bytes.
-    pub(super) data: Range<usize>,
-    /// The `event` line's value's range in the raw bytes.
-    pub(super) event: Option<Range<usize>>,
-}
-
-impl Cont {
-    /// The same event as a [`Found`].
-    #[inline]
-    pub(super) fn found(self) -> Found {
-        Found {
-            kind: FrameKind::Event,
-            raw: Loc::Owned,
-            data: Some(self.data),
-            event: self.event,
-            id: None,
-            retry: None,
-        }
-    }
 }
 
 impl Found {
@@ -135,12 +116,12 @@ pub(super) struct State {
     pub(super) partial: BytesMut,
     /// Block-relative start of the current line.
     pub(super) line_start: usize,
-    /// The last byte consumed was a CR line end at the end of a piece.
-    pub(super) after_cr: bool,
-    /// BOM bytes matched so far; `None` once decided.
-    pub(super) bom: Option<u8>,
-    /// Oversized block: forwarding bytes until a blank line.
-    pub(super) discard: bool,
+    /// The conditions that keep the quick layers off, one bit each
+    /// ([`AFTER_CR`], [`DISCARD`], [`BOM_PENDING`], [`HELD`]), so that one
+    /// test of this byte says that none holds.
+    odd: u8,
+    /// BOM bytes matched so far, while [`BOM_PENDING`] is set.
+    bom_k: u8,
     /// In discard mode: no byte since the last line end.
     pub(super) discard_at_line_start: bool,
     /// The held bytes end in an unterminated `data` line whose value starts
@@ -163,18 +144,6 @@ pub(super) struct State {
     pub(super) joined: Bytes,
 }
 
-/// An event found by [`State::quick`], lying whole in the current piece.
-#[derive(Clone, Debug)]
-pub(super) struct Quick {
-    /// The event's raw bytes: `cur[start..end]`.
-    pub(super) start: usize,
-    pub(super) end: usize,
-    /// The data's range in the raw bytes.
-    pub(super) data: Range<usize>,
-    /// The `event` line's value's range in the raw bytes.
-    pub(super) event: Option<Range<usize>>,
-}
-
 impl State {
     pub(super) fn new(max: usize) -> Self {
         State {
@@ -184,9 +153,8 @@ impl State {
             start: 0,
             partial: BytesMut::new(),
             line_start: 0,
-            after_cr: false,
-            bom: Some(0),
-            discard: false,
+            odd: BOM_PENDING,
+            bom_k: 0,
             discard_at_line_start: true,
             open_data: None,
             data: Data::None,
@@ -203,6 +171,76 @@ impl State {
         }
     }
 
+    /// The last byte consumed was a CR line end at the end of a piece.
+    #[inline]
+    pub(super) fn after_cr(&self) -> bool {
+        self.odd & AFTER_CR != 0
+    }
+
+    /// Discard mode: an oversized block is forwarded until a blank line.
+    #[inline]
+    pub(super) fn discard(&self) -> bool {
+        self.odd & DISCARD != 0
+    }
+
+    /// BOM bytes matched so far; `None` once decided.
+    #[inline]
+    pub(super) fn bom(&self) -> Option<u8> {
+        (self.odd & BOM_PENDING != 0).then_some(self.bom_k)
+    }
+
+    /// Whether a CR is pending, a block is discarded or the BOM is not
+    /// decided: one test for all three.
+    #[inline(always)]
+    pub(super) fn odd(&self) -> bool {
+        self.odd & !HELD != 0
+    }
+
+    /// [`odd`](Self::odd), or bytes of the current block are held: one
+    /// test for what keeps a block start from being clean.
+    #[inline(always)]
+    pub(super) fn unclean(&self) -> bool {
+        debug_assert_eq!(self.odd & HELD != 0, !self.partial.is_empty());
+        self.odd != 0
+    }
+
+    /// Bytes were added to `partial`.
+    #[inline(always)]
+    pub(super) fn note_held(&mut self) {
+        self.odd |= HELD;
+    }
+
+    /// `partial` was emptied (split off or taken).
+    #[inline(always)]
+    pub(super) fn note_released(&mut self) {
+        self.odd &= !HELD;
+    }
+
+    #[inline]
+    fn set(&mut self, bit: u8, on: bool) {
+        if on {
+            self.odd |= bit;
+        } else {
+            self.odd &= !bit;
+        }
+    }
+
+    #[inline]
+    fn set_after_cr(&mut self, on: bool) {
+        self.set(AFTER_CR, on);
+    }
+
+    #[inline]
+    fn set_discard(&mut self, on: bool) {
+        self.set(DISCARD, on);
+    }
+
+    #[inline]
+    fn set_bom(&mut self, k: Option<u8>) {
+        self.set(BOM_PENDING, k.is_some());
+        self.bom_k = k.unwrap_or(0);
+    }
+
     /// Block-relative offset of `cur[i]`.
     #[inline]
     pub(super) fn rel(&self, i: usize) -> usize {
@@ -217,10 +255,7 @@ impl State {
         self.pos < len
             && self.pos == self.start
             && self.line_start == 0
-            && !self.after_cr
-            && !self.discard
-            && self.bom.is_none()
-            && self.partial.is_empty()
+            && !self.unclean()
             && self.owned.is_empty()
             && self.joined.is_empty()
     }
@@ -245,6 +280,7 @@ impl State {
             self.make_room(b.len());
         }
         self.partial.extend_from_slice(b);
+        self.note_held();
     }
 
     /// [`gather`](Self::gather) when the buffer is short of room for `n`
@@ -285,7 +321,7 @@ impl State {
     #[inline]
     fn gather_rest(&mut self, cur: &[u8]) -> bool {
         let len = cur.len();
-        if self.discard || self.partial.len() + (len - self.start) > self.max {
+        if self.discard() || self.partial.len() + (len - self.start) > self.max {
             return false;
         }
         if self.start < len {
@@ -327,13 +363,13 @@ impl State {
         if c == BOM[k] {
             self.pos += 1;
             if k + 1 == BOM.len() {
-                self.bom = None;
+                self.set_bom(None);
                 self.line_start = BOM.len();
             } else {
-                self.bom = Some(k as u8 + 1);
+                self.set_bom(Some(k as u8 + 1));
             }
         } else {
-            self.bom = None;
+            self.set_bom(None);
         }
     }
 
@@ -342,11 +378,11 @@ impl State {
     pub(super) fn scan(&mut self, chunk: &Bytes) -> Option<Found> {
         let len = chunk.len();
         while self.pos < len {
-            if self.after_cr {
-                self.after_cr = false;
+            if self.after_cr() {
+                self.set_after_cr(false);
                 if chunk[self.pos] == b'\n' {
                     self.pos += 1;
-                    if !self.discard && self.rel(self.pos - 1) == 0 {
+                    if !self.discard() && self.rel(self.pos - 1) == 0 {
                         // The CR ended the previous frame.
                         self.start = self.pos;
                         return Some(Found::plain(
@@ -354,17 +390,17 @@ impl State {
                             Loc::Cur(self.pos - 1, self.pos),
                         ));
                     }
-                    if !self.discard {
+                    if !self.discard() {
                         self.line_start += 1;
                     }
                     continue;
                 }
             }
-            if let Some(k) = self.bom {
+            if let Some(k) = self.bom() {
                 self.bom_step(chunk[self.pos], k);
                 continue;
             }
-            if self.discard {
+            if self.discard() {
                 if let Some(f) = self.discard_step(chunk) {
                     return Some(f);
                 }
@@ -378,6 +414,15 @@ impl State {
             }
             if let Some(q) = self.quick(chunk) {
                 return Some(q.found());
+            }
+            if self.pos == self.start
+                && self.partial.is_empty()
+                && chunk.get(self.pos) == Some(&b':')
+            {
+                match self.quick_comment(chunk) {
+                    Some(f) => return Some(f),
+                    None => continue,
+                }
             }
             // Find the end of the current line.
             let Some(i) = find_line_end(&chunk[self.pos..]) else {
@@ -406,170 +451,16 @@ impl State {
         None
     }
 
-    /// Fast path for the common blocks (`data: <value>`, or an `event:`
-    /// line then a `data:` line, then a blank line), at a block start with
-    /// nothing held: the event the general loop would dispatch, without its
-    /// per-line bookkeeping. When the block turns out to be anything else,
-    /// the lines already scanned are recorded exactly as the general loop
-    /// would have processed them (so no byte is scanned twice) and `None`
-    /// is returned: the general loop goes on from there.
-    #[inline(always)]
-    pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
-        // (`line_start` is 0 whenever this holds: any line consumed moves
-        // `pos` past `start` or into `partial`.)
-        if self.pos != self.start
-            || self.after_cr
-            || self.discard
-            || self.bom.is_some()
-            || !self.partial.is_empty()
-        {
-            return None;
-        }
-        // (The last gathered frame, if any, is let go of by the next call
-        // into the general path, before anything is gathered again.)
-        debug_assert_eq!(self.line_start, 0);
-        let start = self.pos;
-        let rest = chunk.get(start..)?;
-        // Where the `data` line starts (after an optional `event` line, the
-        // Anthropic shape). Offsets are block-relative: the block starts
-        // at `start` and nothing is held.
-        let mut at = 0;
-        let mut event = None;
-        if !rest.starts_with(b"data:") {
-            if !rest.starts_with(b"event:") {
-                return None;
-            }
-            let v = 6 + usize::from(rest.get(6) == Some(&b' '));
-            let Some(i) = find_line_end(&rest[v..]) else {
-                self.pos = chunk.len();
-                return None;
-            };
-            let t = v + i;
-            at = t + self.terminator_len(rest, t);
-            event = Some(v..t);
-            if !rest[at..].starts_with(b"data:") {
-                self.commit(at, event, Data::None);
-                return None;
-            }
-        }
-        let v = at + 5 + usize::from(rest.get(at + 5) == Some(&b' '));
-        let Some(i) = find_line_end(&rest[v..]) else {
-            self.commit(at, event, Data::None);
-            if at + 5 < rest.len() {
-                // Whether the value starts with a space is known.
-                self.open_data = Some(v);
-            }
-            self.pos = chunk.len();
-            if rest.len() <= self.max {
-                // The block goes on in the next piece: its bytes so far
-                // are gathered now (what the end of the piece would do).
-                self.release_owned();
-                self.gather(rest);
-                self.start = chunk.len();
-            }
-            return None;
-        };
-        let t = v + i;
-        // A blank line next (LF LF, the usual shape, tested first), and the
-        // block within the limit: its size is its lines up to the blank one.
-        let end = if rest.get(t..t + 2) == Some(b"\n\n") && t < self.max {
-            t + 2
-        } else {
-            let next = t + self.terminator_len(rest, t);
-            if !matches!(rest.get(next), Some(b'\n' | b'\r')) || next > self.max {
-                self.commit(next, event, Data::One(v..t));
-                return None;
-            }
-            next + self.terminator_len(rest, next)
-        };
-        self.pos = start + end;
-        self.start = self.pos;
-        Some(Quick {
-            start,
-            end: start + end,
-            data: v..t,
-            event,
-        })
-    }
-
-    /// [`quick`](Self::quick) gives up after processing the block's lines
-    /// up to `next` (block-relative): the state the general loop would have
-    /// reached.
-    #[inline]
-    fn commit(&mut self, next: usize, event: Option<Range<usize>>, data: Data) {
-        self.pos = self.start + next;
-        self.line_start = next;
-        self.event = event;
-        self.data = data;
-    }
-
     /// The block held across pieces is over the limit before its end, at
     /// a line end: hand out what is held, then forward the rest as it
     /// comes.
-    fn over_limit(&mut self) -> Found {
-        self.discard = true;
+    pub(super) fn over_limit(&mut self) -> Found {
+        self.set_discard(true);
         self.discard_at_line_start = true;
         self.reset_block();
         self.owned = std::mem::take(&mut self.partial).freeze();
+        self.note_released();
         Found::plain(FrameKind::Oversized, Loc::Owned)
-    }
-
-    /// Goes on with the `data` line that [`quick`](Self::quick) left open
-    /// at the end of the previous piece (its value starting at `v`,
-    /// block-relative): when the line and then a blank line end in this
-    /// piece, the event, gathered with one copy (`Err`: an oversized
-    /// frame, the line over the limit). Otherwise the line is
-    /// processed (or left open) exactly as the general loop would, and
-    /// `None` is returned.
-    #[inline(always)]
-    fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Result<Cont, Found>> {
-        let Some(i) = find_line_end(&chunk[self.pos..]) else {
-            self.pos = chunk.len();
-            self.open_data = Some(v);
-            return None;
-        };
-        let t = self.pos + i;
-        let next = t + self.terminator_len(chunk, t);
-        let line_end = self.rel(t);
-        self.pos = next;
-        if self.rel(next) > self.max {
-            return Some(Err(self.over_limit()));
-        }
-        if !matches!(chunk.get(next), Some(b'\n' | b'\r')) {
-            self.gather(&chunk[self.start..next]);
-            self.start = next;
-            self.line_start = self.rel(next);
-            self.data = Data::One(v..line_end);
-            return None;
-        }
-        let end = next + self.terminator_len(chunk, next);
-        self.gather(&chunk[self.start..end]);
-        self.owned = self.partial.split().freeze();
-        self.pos = end;
-        self.start = end;
-        self.line_start = 0;
-        Some(Ok(Cont {
-            data: v..line_end,
-            event: self.event.take(),
-        }))
-    }
-
-    /// At the start of a piece, a `data` line that [`quick`](Self::quick)
-    /// left open, continued ([`continue_data`](Self::continue_data)): the
-    /// event, when it ends in this piece (`Err`: the frame the line's limit
-    /// check produced). The common step after a quick
-    /// event spanning two pieces, taken before [`advance`](Self::advance)
-    /// (which goes on where this leaves off).
-    #[inline(always)]
-    pub(super) fn continue_open(&mut self, cur: &[u8]) -> Option<Result<Cont, Found>> {
-        if self.pos >= cur.len() {
-            return None;
-        }
-        // (Set only by `quick`/`continue_data`, so no CR is pending, the
-        // BOM is decided and nothing is discarded.)
-        let v = self.open_data.take()?;
-        self.release_owned();
-        self.continue_data(cur, v)
     }
 
     /// Length of the line end at `chunk[t]` (a CR or LF); notes a CR at the
@@ -581,7 +472,7 @@ impl State {
                 Some(b'\n') => 2,
                 Some(_) => 1,
                 None => {
-                    self.after_cr = true;
+                    self.set_after_cr(true);
                     1
                 }
             }
@@ -596,7 +487,7 @@ impl State {
     pub(super) fn end_of_piece(&mut self, cur: &mut Bytes) -> Option<Found> {
         let len = cur.len();
         let start = self.start;
-        if self.discard {
+        if self.discard() {
             // Hand out the piece's rest; it stays `cur` until the next call.
             if start < len {
                 self.start = len;
@@ -610,8 +501,8 @@ impl State {
         if self.partial.len() + (len - start) > self.max {
             // Too large to interpret: forward what we have and discard the
             // rest of the block.
-            self.discard = true;
-            self.bom = None;
+            self.set_discard(true);
+            self.set_bom(None);
             self.discard_at_line_start = self.partial.len() + (len - start) == self.line_start;
             self.reset_block();
             if self.partial.is_empty() {
@@ -620,6 +511,7 @@ impl State {
             }
             // The held bytes now, the piece's rest on the next call.
             self.owned = std::mem::take(&mut self.partial).freeze();
+            self.note_released();
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
         if start < len {
@@ -645,7 +537,7 @@ impl State {
         self.pos = t + self.terminator_len(chunk, t);
         self.discard_at_line_start = true;
         if blank {
-            self.discard = false;
+            self.set_discard(false);
             let f = Found::plain(FrameKind::Oversized, Loc::Cur(self.start, self.pos));
             self.start = self.pos;
             self.line_start = 0;
@@ -727,6 +619,7 @@ impl State {
         } else {
             self.gather(&chunk[self.start..next]);
             self.owned = self.partial.split().freeze();
+            self.note_released();
             Loc::Owned
         };
         let block_start = self.start;

@@ -1,0 +1,269 @@
+//! The quick layers of the state machine (see [`state`](super::state)):
+//! whole common events at a clean block start (`quick`), comment blocks
+//! (`quick_comment`), and the continuation of a `data` line left open at
+//! the end of a piece (`continue_open` / `continue_data`). Each either
+//! hands out its frame or leaves the state exactly where the general loop
+//! would be after the same bytes.
+
+use std::ops::Range;
+
+use super::frame::{Data, FrameKind, Loc};
+use super::line_end::find_line_end;
+use super::state::{Found, State};
+
+/// An event found by [`State::quick`], lying whole in the current piece.
+#[derive(Clone, Debug)]
+pub(super) struct Quick {
+    /// The event's raw bytes: `cur[start..][..len]`.
+    pub(super) start: usize,
+    pub(super) len: usize,
+    /// The data's range in the raw bytes.
+    pub(super) data: Range<usize>,
+    /// The `event` line's value's range in the raw bytes.
+    pub(super) event: Option<Range<usize>>,
+}
+
+impl Quick {
+    /// The same event as a [`Found`].
+    #[inline]
+    pub(super) fn found(self) -> Found {
+        Found {
+            kind: FrameKind::Event,
+            raw: Loc::Cur(self.start, self.start + self.len),
+            data: Some(self.data),
+            event: self.event,
+            id: None,
+            retry: None,
+        }
+    }
+}
+
+/// An event completed by [`State::continue_data`]: its raw bytes are the
+/// gathered `State::owned`.
+#[derive(Clone, Debug)]
+pub(super) struct Cont {
+    /// The data's range in the raw bytes.
+    pub(super) data: Range<usize>,
+    /// The `event` line's value's range in the raw bytes.
+    pub(super) event: Option<Range<usize>>,
+}
+
+impl Cont {
+    /// The same event as a [`Found`].
+    #[inline]
+    pub(super) fn found(self) -> Found {
+        Found {
+            kind: FrameKind::Event,
+            raw: Loc::Owned,
+            data: Some(self.data),
+            event: self.event,
+            id: None,
+            retry: None,
+        }
+    }
+}
+
+impl State {
+    /// Fast path for the common blocks (`data: <value>`, or an `event:`
+    /// line then a `data:` line, then a blank line), at a block start with
+    /// nothing held: the event the general loop would dispatch, without its
+    /// per-line bookkeeping. When the block turns out to be anything else,
+    /// the lines already scanned are recorded exactly as the general loop
+    /// would have processed them (so no byte is scanned twice) and `None`
+    /// is returned: the general loop goes on from there.
+    #[inline(always)]
+    pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
+        // (`line_start` is 0 whenever this holds: any line consumed moves
+        // `pos` past `start` or into `partial`.)
+        if self.pos != self.start || self.unclean() {
+            return None;
+        }
+        // (The last gathered frame, if any, is let go of by the next call
+        // into the general path, before anything is gathered again.)
+        debug_assert_eq!(self.line_start, 0);
+        let rest = chunk.get(self.pos..)?;
+        // (Separate calls with the offsets constant: they fold, and the
+        // usual `data: ` is one compare.)
+        if rest.starts_with(b"data: ") {
+            return self.quick_data(chunk, rest, 0, 6, None);
+        }
+        if rest.starts_with(b"data:") {
+            return self.quick_data(chunk, rest, 0, 5, None);
+        }
+        // An `event` line first (the Anthropic shape). Offsets are
+        // block-relative: the block starts at `start` and nothing is held.
+        let v = if rest.starts_with(b"event: ") {
+            7
+        } else if rest.starts_with(b"event:") {
+            6
+        } else {
+            return None;
+        };
+        let Some(i) = find_line_end(&rest[v..]) else {
+            self.pos = chunk.len();
+            return None;
+        };
+        let t = v + i;
+        let at = t + self.terminator_len(rest, t);
+        let line = &rest[at..];
+        let value = if line.starts_with(b"data: ") {
+            at + 6
+        } else if line.starts_with(b"data:") {
+            at + 5
+        } else {
+            self.commit(at, Some(v..t), Data::None);
+            return None;
+        };
+        self.quick_data(chunk, rest, at, value, Some(v..t))
+    }
+
+    /// [`quick`](Self::quick) from the `data:` line starting at `at` in
+    /// `rest` (the current piece from the block start on), its value at
+    /// `v`, after the block's `event` line (`event`, its value's range) if
+    /// any.
+    #[inline(always)]
+    fn quick_data(
+        &mut self,
+        chunk: &[u8],
+        rest: &[u8],
+        at: usize,
+        v: usize,
+        event: Option<Range<usize>>,
+    ) -> Option<Quick> {
+        let start = self.pos;
+        let line = &rest[v..];
+        let Some(i) = find_line_end(line) else {
+            self.commit(at, event, Data::None);
+            if at + 5 < rest.len() {
+                // Whether the value starts with a space is known.
+                self.open_data = Some(v);
+            }
+            self.pos = chunk.len();
+            if rest.len() <= self.max {
+                // The block goes on in the next piece: its bytes so far
+                // are gathered now (what the end of the piece would do).
+                self.release_owned();
+                self.gather(rest);
+                self.start = chunk.len();
+            }
+            return None;
+        };
+        let t = v + i;
+        // A blank line next (LF LF, the usual shape, tested first), and the
+        // block within the limit: its size is its lines up to the blank one.
+        let end = if line.get(i..).is_some_and(|e| e.starts_with(b"\n\n")) && t < self.max {
+            t + 2
+        } else {
+            let next = t + self.terminator_len(rest, t);
+            if !matches!(rest.get(next), Some(b'\n' | b'\r')) || next > self.max {
+                self.commit(next, event, Data::One(v..t));
+                return None;
+            }
+            next + self.terminator_len(rest, next)
+        };
+        self.pos = start + end;
+        self.start = self.pos;
+        Some(Quick {
+            start,
+            len: end,
+            data: v..t,
+            event,
+        })
+    }
+
+    /// A comment line at a block start with nothing held (`: keep-alive`,
+    /// `: OPENROUTER PROCESSING`): when a blank line follows within the
+    /// limit, the block is handed out as skipped without the general
+    /// loop's per-line steps. Otherwise the line is consumed exactly as the
+    /// general loop would (a comment changes nothing) and `None` is
+    /// returned for it to go on; `None` too at the end of the piece.
+    #[inline(never)]
+    pub(super) fn quick_comment(&mut self, chunk: &[u8]) -> Option<Found> {
+        let start = self.start;
+        let Some(i) = find_line_end(&chunk[start..]) else {
+            self.pos = chunk.len();
+            return None;
+        };
+        let t = start + i;
+        let next = t + self.terminator_len(chunk, t);
+        self.pos = next;
+        if matches!(chunk.get(next), Some(b'\n' | b'\r')) && next - start <= self.max {
+            let end = next + self.terminator_len(chunk, next);
+            self.pos = end;
+            self.start = end;
+            return Some(Found::plain(FrameKind::Skipped, Loc::Cur(start, end)));
+        }
+        self.line_start = next - start;
+        None
+    }
+
+    /// [`quick`](Self::quick) gives up after processing the block's lines
+    /// up to `next` (block-relative): the state the general loop would have
+    /// reached.
+    #[inline]
+    fn commit(&mut self, next: usize, event: Option<Range<usize>>, data: Data) {
+        self.pos = self.start + next;
+        self.line_start = next;
+        self.event = event;
+        self.data = data;
+    }
+
+    /// Goes on with the `data` line that [`quick`](Self::quick) left open
+    /// at the end of the previous piece (its value starting at `v`,
+    /// block-relative): when the line and then a blank line end in this
+    /// piece, the event, gathered with one copy (`Err`: an oversized
+    /// frame, the line over the limit). Otherwise the line is
+    /// processed (or left open) exactly as the general loop would, and
+    /// `None` is returned.
+    #[inline(always)]
+    pub(super) fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Result<Cont, Found>> {
+        let Some(i) = find_line_end(&chunk[self.pos..]) else {
+            self.pos = chunk.len();
+            self.open_data = Some(v);
+            return None;
+        };
+        let t = self.pos + i;
+        let next = t + self.terminator_len(chunk, t);
+        let line_end = self.rel(t);
+        self.pos = next;
+        if self.rel(next) > self.max {
+            return Some(Err(self.over_limit()));
+        }
+        if !matches!(chunk.get(next), Some(b'\n' | b'\r')) {
+            self.gather(&chunk[self.start..next]);
+            self.start = next;
+            self.line_start = self.rel(next);
+            self.data = Data::One(v..line_end);
+            return None;
+        }
+        let end = next + self.terminator_len(chunk, next);
+        self.gather(&chunk[self.start..end]);
+        self.owned = self.partial.split().freeze();
+        self.note_released();
+        self.pos = end;
+        self.start = end;
+        self.line_start = 0;
+        Some(Ok(Cont {
+            data: v..line_end,
+            event: self.event.take(),
+        }))
+    }
+
+    /// At the start of a piece, a `data` line that [`quick`](Self::quick)
+    /// left open, continued ([`continue_data`](Self::continue_data)): the
+    /// event, when it ends in this piece (`Err`: the frame the line's limit
+    /// check produced). The common step after a quick
+    /// event spanning two pieces, taken before [`advance`](Self::advance)
+    /// (which goes on where this leaves off).
+    #[inline(always)]
+    pub(super) fn continue_open(&mut self, cur: &[u8]) -> Option<Result<Cont, Found>> {
+        if self.pos >= cur.len() {
+            return None;
+        }
+        // (Set only by `quick`/`continue_data`, so no CR is pending, the
+        // BOM is decided and nothing is discarded.)
+        let v = self.open_data.take()?;
+        self.release_owned();
+        self.continue_data(cur, v)
+    }
+}
