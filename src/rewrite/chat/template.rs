@@ -461,8 +461,12 @@ impl ChunkTemplate {
             return false;
         }
         // Sized once (not doubled from empty, segment by segment): the
-        // literal text is at most `s`.
-        self.literal.reserve(s.len());
+        // literal text is at most `s`. A buffer too small is replaced, not
+        // grown (no copy of the old text), with room for the refinement
+        // by a longer chunk of the same shape (its first match).
+        if self.literal.capacity() < s.len() {
+            self.literal = Vec::with_capacity(s.len() + s.len() / 2);
+        }
         let mut at = 0;
         for ((r, h), slot) in cuts.iter().zip(&mut self.holes) {
             if r.start < at {
