@@ -20,7 +20,7 @@ pub type ChoiceRead = (Option<u32>, Option<Range<usize>>, bool);
 /// [`Invalid`] when `d` is not valid JSON.
 pub fn fast_scan(d: &[u8]) -> Result<Option<Vec<ChoiceRead>>, Invalid> {
     let mut out = Vec::new();
-    let mut holes = Vec::new();
+    let mut holes = crate::json::Holes::default();
     if !crate::rewrite::chat::scan::fast_scan(d, &mut out, &mut holes, None)? {
         return Ok(None);
     }
@@ -63,7 +63,7 @@ pub fn template_match(
 ) -> Vec<Option<Vec<ChoiceRead>>> {
     use crate::rewrite::chat::template::{ChunkTemplate, Contents, MAX_CONTENTS};
     let mut out = Vec::new();
-    let mut holes = Vec::new();
+    let mut holes = crate::json::Holes::default();
     let none = vec![None; candidates.len()];
     if !matches!(
         crate::rewrite::chat::scan::fast_scan(learn, &mut out, &mut holes, None),

@@ -47,13 +47,12 @@
 //! * `body.rs`: the whole-body rewriter.
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::cite::{Marker, MarkerTracker};
-use crate::json::{self, Invalid, Splice};
+use crate::json::{self, Holes, Invalid, Splice};
 use crate::rewrite::additions::{
     Existing, add_top_level, annotations_len, cited_set, event_with_top_level, push_annotations,
     reframe, splice_event,
@@ -143,7 +142,8 @@ pub struct ChatHandler {
     scan: ChunkScan,
     scans: Vec<ChoiceScan>,
     fast: Vec<FastChoice>,
-    holes: Vec<Range<usize>>,
+    /// The varying tokens of the last fast scan (inline: no allocation).
+    holes: Holes,
     /// The envelope of a recent chunk, validated (for the fast scan).
     prefix: ScanPrefix,
     templates: [ChunkTemplate; TEMPLATES],
@@ -180,7 +180,7 @@ impl ChatStream {
                 // errors needs none of them.)
                 scans: Vec::new(),
                 fast: Vec::new(),
-                holes: Vec::new(),
+                holes: Holes::default(),
                 prefix: ScanPrefix::default(),
                 templates: Default::default(),
                 next_template: 0,
@@ -258,8 +258,7 @@ impl ChatHandler {
             return self.slow_path(f);
         }
         let mut fast = std::mem::take(&mut self.fast);
-        let mut holes = std::mem::take(&mut self.holes);
-        match fast_scan(d, &mut fast, &mut holes, Some(&mut self.prefix)) {
+        match fast_scan(d, &mut fast, &mut self.holes, Some(&mut self.prefix)) {
             Err(Invalid) => self.out.pass(f),
             Ok(true) => {
                 for fc in &fast {
@@ -273,14 +272,13 @@ impl ChatHandler {
                         st.tracker.push_json(&d[r.clone()]);
                     }
                 }
-                self.learn(f, &fast, &holes);
+                self.learn(f, &fast);
                 self.out.pass(f);
             }
             // An escaped key or a finish: the full scan.
             Ok(false) => self.slow_path(f),
         }
         self.fast = fast;
-        self.holes = holes;
     }
 
     /// The complete scan of a chunk, for finish chunks and chunks with

@@ -27,7 +27,7 @@ use std::sync::LazyLock;
 
 use memchr::memmem;
 
-use crate::json::{self, Cursor, Field, Invalid, Member};
+use crate::json::{self, Cursor, Field, Holes, Invalid, Member};
 use crate::rewrite::additions::Existing;
 
 /// What the scanner reads of one choice in a chunk.
@@ -316,13 +316,11 @@ impl ScanPrefix {
 pub(crate) fn fast_scan(
     d: &[u8],
     out: &mut Vec<FastChoice>,
-    holes: &mut Vec<Range<usize>>,
+    holes: &mut Holes,
     mut prefix: Option<&mut ScanPrefix>,
 ) -> Result<bool, Invalid> {
     out.clear();
     holes.clear();
-    // Room for all the holes recorded at once, not doubling from 2.
-    holes.reserve(json::MAX_HOLES);
     let mut c = Cursor::new(d);
     let resumed = prefix.as_deref().and_then(|p| p.resume(d));
     // Learn the prefix at the first `choices` key, unless resumed there.
@@ -402,7 +400,7 @@ pub(crate) fn fast_scan(
 fn fast_choice(
     c: &mut Cursor<'_>,
     out: &mut Vec<FastChoice>,
-    holes: &mut Vec<Range<usize>>,
+    holes: &mut Holes,
 ) -> Result<bool, Invalid> {
     let d = c.b;
     c.i += 1;
@@ -479,7 +477,7 @@ mod tests {
 
     /// `Ok(None)`: the fast scan defers to the full scan.
     fn fast(d: &str) -> Result<Option<(Read, Vec<String>)>, Invalid> {
-        let (mut cs, mut holes) = (Vec::new(), Vec::new());
+        let (mut cs, mut holes) = (Vec::new(), Holes::default());
         if !fast_scan(d.as_bytes(), &mut cs, &mut holes, None)? {
             return Ok(None);
         }
@@ -487,7 +485,7 @@ mod tests {
             .iter()
             .map(|c| (c.index, c.content.clone().map(|r| d[r].to_owned()), false))
             .collect();
-        let holes = holes.into_iter().map(|r| d[r].to_owned()).collect();
+        let holes = holes.iter().map(|r| d[r.clone()].to_owned()).collect();
         Ok(Some((read, holes)))
     }
 
@@ -582,15 +580,15 @@ mod tests {
         let mut prefix = ScanPrefix::default();
         for _ in 0..2 {
             for d in &chunks {
-                let (mut cs, mut holes) = (Vec::new(), Vec::new());
+                let (mut cs, mut holes) = (Vec::new(), Holes::default());
                 let got = fast_scan(d.as_bytes(), &mut cs, &mut holes, Some(&mut prefix));
                 let read = |cs: &[FastChoice]| -> Vec<_> {
                     cs.iter().map(|c| (c.index, c.content.clone())).collect()
                 };
-                let got = got.map(|ok| (ok, read(&cs), holes.clone()));
-                let (mut cs, mut holes) = (Vec::new(), Vec::new());
+                let got = got.map(|ok| (ok, read(&cs), holes.to_vec()));
+                let (mut cs, mut holes) = (Vec::new(), Holes::default());
                 let want = fast_scan(d.as_bytes(), &mut cs, &mut holes, None);
-                let want = want.map(|ok| (ok, read(&cs), holes));
+                let want = want.map(|ok| (ok, read(&cs), holes.to_vec()));
                 assert_eq!(got, want, "{d}");
             }
         }

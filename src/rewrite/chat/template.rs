@@ -398,7 +398,9 @@ impl ChunkTemplate {
             }
             k += 1;
         });
-        if walked == Some(s.len()) {
+        // (With every hole kept, the template would be built again as it
+        // is.)
+        if walked == Some(s.len()) && n < self.n {
             self.build(s, &cuts[..n]);
         }
     }
@@ -449,7 +451,8 @@ impl ChunkTemplate {
                 *slot = token_hash(&s[r.clone()]);
             }
         }
-        self.probation = true;
+        // Only content holes: nothing to refine.
+        self.probation = !holes.is_empty();
     }
 
     /// Cuts `s` at the sorted, disjoint token ranges `cuts`.
