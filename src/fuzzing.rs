@@ -19,14 +19,14 @@ pub type ChoiceRead = (Option<u32>, Option<Range<usize>>, bool);
 /// # Errors
 /// [`Invalid`] when `d` is not valid JSON.
 pub fn fast_scan(d: &[u8]) -> Result<Option<Vec<ChoiceRead>>, Invalid> {
-    let mut out = Vec::new();
+    let mut out = crate::rewrite::chat::scan::FastChoices::default();
     let mut holes = crate::json::Holes::default();
     if !crate::rewrite::chat::scan::fast_scan(d, &mut out, &mut holes, None)? {
         return Ok(None);
     }
     Ok(Some(
-        out.into_iter()
-            .map(|c| (c.index, c.content, false))
+        out.iter()
+            .map(|c| (c.index, c.content.clone(), false))
             .collect(),
     ))
 }
@@ -62,7 +62,7 @@ pub fn template_match(
     framed: bool,
 ) -> Vec<Option<Vec<ChoiceRead>>> {
     use crate::rewrite::chat::template::{ChunkTemplate, Contents, MAX_CONTENTS};
-    let mut out = Vec::new();
+    let mut out = crate::rewrite::chat::scan::FastChoices::default();
     let mut holes = crate::json::Holes::default();
     let none = vec![None; candidates.len()];
     if !matches!(

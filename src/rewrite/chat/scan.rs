@@ -273,6 +273,45 @@ pub(crate) struct FastChoice {
     pub(crate) content: Option<Range<usize>>,
 }
 
+/// Most choice objects the fast scan reads in one chunk (a chunk with more
+/// takes the full scan).
+pub(crate) const MAX_FAST_CHOICES: usize = 8;
+
+/// What the fast scan reads of a chunk's choices: at most
+/// [`MAX_FAST_CHOICES`], inline (a list that never allocates; it derefs to
+/// the choices read).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FastChoices {
+    n: usize,
+    at: [FastChoice; MAX_FAST_CHOICES],
+}
+
+impl FastChoices {
+    fn clear(&mut self) {
+        self.n = 0;
+    }
+
+    /// Adds a choice; `false` when the list is full.
+    #[inline]
+    fn push(&mut self, fc: FastChoice) -> bool {
+        let Some(slot) = self.at.get_mut(self.n) else {
+            return false;
+        };
+        *slot = fc;
+        self.n += 1;
+        true
+    }
+}
+
+impl std::ops::Deref for FastChoices {
+    type Target = [FastChoice];
+
+    #[inline]
+    fn deref(&self) -> &[FastChoice] {
+        self.at.get(..self.n).unwrap_or_default()
+    }
+}
+
 /// The validated start of a recent chunk: its bytes up to its first
 /// top-level `choices` key, when members without holes (the envelope:
 /// `id`, `object`, `created`, `model`, …, the same in every chunk of a
@@ -305,7 +344,8 @@ impl ScanPrefix {
 /// The hot path's scan of one chunk: validates the whole JSON text and
 /// reads `choices[].index` and `choices[].delta.content`. Returns
 /// `Ok(false)` (the complete scanner decides) when a key has escapes
-/// (rare) or as soon as a `choices[].finish_reason` is a string: a
+/// (rare), at a choice object past [`MAX_FAST_CHOICES`] (rarer), or as
+/// soon as a `choices[].finish_reason` is a string: a
 /// finish chunk takes the cold path, which needs the full scan anyway,
 /// so it is scanned once. (Invalid JSON after that point is the full
 /// scan's to reject.)
@@ -315,7 +355,7 @@ impl ScanPrefix {
 /// chunk that does not.
 pub(crate) fn fast_scan(
     d: &[u8],
-    out: &mut Vec<FastChoice>,
+    out: &mut FastChoices,
     holes: &mut Holes,
     mut prefix: Option<&mut ScanPrefix>,
 ) -> Result<bool, Invalid> {
@@ -399,7 +439,7 @@ pub(crate) fn fast_scan(
 #[inline]
 fn fast_choice(
     c: &mut Cursor<'_>,
-    out: &mut Vec<FastChoice>,
+    out: &mut FastChoices,
     holes: &mut Holes,
 ) -> Result<bool, Invalid> {
     let d = c.b;
@@ -455,8 +495,7 @@ fn fast_choice(
             }
         }
     }
-    out.push(fc);
-    Ok(true)
+    Ok(out.push(fc))
 }
 
 #[cfg(test)]
@@ -477,7 +516,7 @@ mod tests {
 
     /// `Ok(None)`: the fast scan defers to the full scan.
     fn fast(d: &str) -> Result<Option<(Read, Vec<String>)>, Invalid> {
-        let (mut cs, mut holes) = (Vec::new(), Holes::default());
+        let (mut cs, mut holes) = (FastChoices::default(), Holes::default());
         if !fast_scan(d.as_bytes(), &mut cs, &mut holes, None)? {
             return Ok(None);
         }
@@ -514,6 +553,23 @@ mod tests {
                 (Some(0), None, true)
             ])
         );
+    }
+
+    #[test]
+    fn the_fast_scan_defers_chunks_with_many_choices() {
+        let chunk = |n: usize| {
+            let choices: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"index":{i},"delta":{{"content":"c{i}"}}}}"#))
+                .collect();
+            format!(r#"{{"id":"c","choices":[{}]}}"#, choices.join(","))
+        };
+        let most = chunk(MAX_FAST_CHOICES);
+        let (read, _) = fast(&most).unwrap().expect("no more than the most");
+        assert_eq!(read.len(), MAX_FAST_CHOICES);
+        assert_eq!(Ok(read), full(&most));
+        let more = chunk(MAX_FAST_CHOICES + 1);
+        assert_eq!(fast(&more), Ok(None));
+        assert_eq!(full(&more).map(|r| r.len()), Ok(MAX_FAST_CHOICES + 1));
     }
 
     #[test]
@@ -580,13 +636,13 @@ mod tests {
         let mut prefix = ScanPrefix::default();
         for _ in 0..2 {
             for d in &chunks {
-                let (mut cs, mut holes) = (Vec::new(), Holes::default());
+                let (mut cs, mut holes) = (FastChoices::default(), Holes::default());
                 let got = fast_scan(d.as_bytes(), &mut cs, &mut holes, Some(&mut prefix));
                 let read = |cs: &[FastChoice]| -> Vec<_> {
                     cs.iter().map(|c| (c.index, c.content.clone())).collect()
                 };
                 let got = got.map(|ok| (ok, read(&cs), holes.to_vec()));
-                let (mut cs, mut holes) = (Vec::new(), Holes::default());
+                let (mut cs, mut holes) = (FastChoices::default(), Holes::default());
                 let want = fast_scan(d.as_bytes(), &mut cs, &mut holes, None);
                 let want = want.map(|ok| (ok, read(&cs), holes.to_vec()));
                 assert_eq!(got, want, "{d}");
