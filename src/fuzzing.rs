@@ -38,11 +38,20 @@ pub fn fast_scan(d: &[u8]) -> Result<Option<Vec<ChoiceRead>>, Invalid> {
 pub fn full_scan(d: &[u8]) -> Result<Vec<ChoiceRead>, Invalid> {
     let mut scan = crate::rewrite::chat::scan::ChunkScan::default();
     let mut out = Vec::new();
-    crate::rewrite::chat::scan::scan_chunk(d, &mut scan, &mut out)?;
+    crate::rewrite::chat::scan::scan_chunk(d, &mut scan, &mut out, None)?;
     Ok(out
         .into_iter()
         .map(|c| (c.index, c.content, c.finish.is_some()))
         .collect())
+}
+
+/// The chat rewriter's full scan of `d` twice, as text (`Err` when
+/// invalid): with the scan prefix the fast scan learned from `learn` (as
+/// the rewriter scans a finish chunk after earlier chunks), and fresh.
+/// The two must be equal.
+#[must_use]
+pub fn full_scan_with_prefix(learn: &[u8], d: &[u8]) -> (String, String) {
+    crate::rewrite::chat::scan::scan_with_prefix(learn, d)
 }
 
 /// Learns a chunk template from `learn` the way the chat rewriter does

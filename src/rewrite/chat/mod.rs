@@ -290,7 +290,7 @@ impl ChatHandler {
         };
         let mut scan = std::mem::take(&mut self.scan);
         let mut scans = std::mem::take(&mut self.scans);
-        match scan_chunk(e.data(), &mut scan, &mut scans) {
+        match scan_chunk(e.data(), &mut scan, &mut scans, Some(&self.prefix)) {
             Ok(()) => self.chunk(&e, &scan, &mut scans),
             Err(Invalid) => self.emit(e.raw().clone()),
         }
