@@ -447,9 +447,9 @@ pub(crate) fn fast_scan(
         }
     };
     let mut members = 0;
-    // The envelope spans of the members read so far, while learning and
-    // as long as they are all envelope members.
-    let mut env = Some(PrefixEnvelope::default());
+    // The envelope spans of the members read so far, while learning the
+    // prefix and as long as they are all envelope members.
+    let mut env = (learn && prefix.is_some()).then(PrefixEnvelope::default);
     while more {
         let key_at = c.i;
         let Some(k) = c.key()? else { return Ok(false) };
@@ -463,6 +463,7 @@ pub(crate) fn fast_scan(
                 }
             }
             learn = false;
+            env = None;
             c.i += 1;
             out.clear();
             if !c.empty(b']') {
@@ -483,7 +484,7 @@ pub(crate) fn fast_scan(
             // The envelope: the same in every chunk of a stream.
             let start = c.i;
             c.skip(1)?;
-            if let Some(e) = env.as_mut().filter(|_| learn) {
+            if let Some(e) = env.as_mut() {
                 e.spans[k] = Some(start..c.i);
                 e.last_end = c.i;
             }
