@@ -19,14 +19,14 @@ pub type ChoiceRead = (Option<u32>, Option<Range<usize>>, bool);
 /// # Errors
 /// [`Invalid`] when `d` is not valid JSON.
 pub fn fast_scan(d: &[u8]) -> Result<Option<Vec<ChoiceRead>>, Invalid> {
-    let mut out = Vec::new();
-    let mut holes = Vec::new();
+    let mut out = crate::rewrite::chat::scan::FastChoices::default();
+    let mut holes = crate::json::Holes::default();
     if !crate::rewrite::chat::scan::fast_scan(d, &mut out, &mut holes, None)? {
         return Ok(None);
     }
     Ok(Some(
-        out.into_iter()
-            .map(|c| (c.index, c.content, false))
+        out.iter()
+            .map(|c| (c.index, c.content.clone(), false))
             .collect(),
     ))
 }
@@ -38,11 +38,20 @@ pub fn fast_scan(d: &[u8]) -> Result<Option<Vec<ChoiceRead>>, Invalid> {
 pub fn full_scan(d: &[u8]) -> Result<Vec<ChoiceRead>, Invalid> {
     let mut scan = crate::rewrite::chat::scan::ChunkScan::default();
     let mut out = Vec::new();
-    crate::rewrite::chat::scan::scan_chunk(d, &mut scan, &mut out)?;
+    crate::rewrite::chat::scan::scan_chunk(d, &mut scan, &mut out, None)?;
     Ok(out
         .into_iter()
         .map(|c| (c.index, c.content, c.finish.is_some()))
         .collect())
+}
+
+/// The chat rewriter's full scan of `d` twice, as text (`Err` when
+/// invalid): with the scan prefix the fast scan learned from `learn` (as
+/// the rewriter scans a finish chunk after earlier chunks), and fresh.
+/// The two must be equal.
+#[must_use]
+pub fn full_scan_with_prefix(learn: &[u8], d: &[u8]) -> (String, String) {
+    crate::rewrite::chat::scan::scan_with_prefix(learn, d)
 }
 
 /// Learns a chunk template from `learn` the way the chat rewriter does
@@ -62,8 +71,8 @@ pub fn template_match(
     framed: bool,
 ) -> Vec<Option<Vec<ChoiceRead>>> {
     use crate::rewrite::chat::template::{ChunkTemplate, Contents, MAX_CONTENTS};
-    let mut out = Vec::new();
-    let mut holes = Vec::new();
+    let mut out = crate::rewrite::chat::scan::FastChoices::default();
+    let mut holes = crate::json::Holes::default();
     let none = vec![None; candidates.len()];
     if !matches!(
         crate::rewrite::chat::scan::fast_scan(learn, &mut out, &mut holes, None),

@@ -20,7 +20,9 @@
 //!    chunk template learned from one chunk (framed as an event or not)
 //!    accepts another only if both scans read it as the template says (the
 //!    learned choices, their contents in the content holes, no finish),
-//!    also after its first match turned constant holes into literal text.
+//!    also after its first match turned constant holes into literal text;
+//!    the full scan with the envelope cached from the scan prefix learned
+//!    from one chunk reads another as a fresh full scan does.
 #![no_main]
 
 use std::sync::Arc;
@@ -551,6 +553,13 @@ fn fast_vs_full(d: &[u8]) {
     }
 }
 
+/// Part 3c: the full scan of `d` with the envelope cached from the scan
+/// prefix the fast scan learned from `learn` against a fresh full scan.
+fn prefix_vs_fresh(learn: &[u8], d: &[u8]) {
+    let (cached, fresh) = fuzzing::full_scan_with_prefix(learn, d);
+    assert_eq!(cached, fresh, "the cached envelope reads differently");
+}
+
 /// Part 3b: a template learned from `learn` (framed as an event or not)
 /// accepts a candidate only if both scans read it as the template does,
 /// also after its first match turned constant holes into literal text.
@@ -579,7 +588,11 @@ fuzz_target!(|case: Case| {
     w.val(&case.chunk.to_val(), 0);
     if max_nesting(&case.raw) <= 100 {
         fast_vs_full(&case.raw);
+        prefix_vs_fresh(w.out.as_bytes(), &case.raw);
     }
+    prefix_vs_fresh(w.out.as_bytes(), w.out.as_bytes());
+    prefix_vs_fresh(w.out.as_bytes(), other.as_bytes());
+    prefix_vs_fresh(other.as_bytes(), w.out.as_bytes());
     fast_vs_full(w.out.as_bytes());
     fast_vs_full(other.as_bytes());
     template_vs_scans(

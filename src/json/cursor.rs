@@ -13,11 +13,37 @@ use super::{Invalid, MAX_DEPTH, scan_number, scan_string, scan_value};
 /// a chunk with thousands of numbers does not grow it.
 pub const MAX_HOLES: usize = 32;
 
-/// Records a hole unless the list is full ([`MAX_HOLES`]).
-#[inline(always)]
-fn push_hole(holes: &mut Vec<Range<usize>>, r: Range<usize>) {
-    if holes.len() < MAX_HOLES {
-        holes.push(r);
+/// The template holes the `*_holes` skips record: at most [`MAX_HOLES`],
+/// inline (a list that never allocates; it derefs to the recorded ranges).
+#[derive(Clone, Debug, Default)]
+pub struct Holes {
+    n: usize,
+    at: [Range<usize>; MAX_HOLES],
+}
+
+impl Holes {
+    /// Forgets the recorded holes.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.n = 0;
+    }
+
+    /// Records a hole unless the list is full.
+    #[inline(always)]
+    pub fn push(&mut self, r: Range<usize>) {
+        if let Some(slot) = self.at.get_mut(self.n) {
+            *slot = r;
+            self.n += 1;
+        }
+    }
+}
+
+impl std::ops::Deref for Holes {
+    type Target = [Range<usize>];
+
+    #[inline]
+    fn deref(&self) -> &[Range<usize>] {
+        self.at.get(..self.n).unwrap_or_default()
     }
 }
 
@@ -136,7 +162,7 @@ impl<'a> Cursor<'a> {
     /// caller); only containers take a call, and their scalar elements are
     /// handled in their loop without one.
     #[inline(always)]
-    pub fn skip_holes(&mut self, depth: u32, holes: &mut Vec<Range<usize>>) -> Result<(), Invalid> {
+    pub fn skip_holes(&mut self, depth: u32, holes: &mut Holes) -> Result<(), Invalid> {
         self.value_holes::<true>(depth, holes)
     }
 
@@ -146,11 +172,7 @@ impl<'a> Cursor<'a> {
     /// chunk to chunk (Perplexity's `citations`) while numbers may not (a
     /// running `usage`).
     #[inline(always)]
-    pub fn skip_number_holes(
-        &mut self,
-        depth: u32,
-        holes: &mut Vec<Range<usize>>,
-    ) -> Result<(), Invalid> {
+    pub fn skip_number_holes(&mut self, depth: u32, holes: &mut Holes) -> Result<(), Invalid> {
         self.value_holes::<false>(depth, holes)
     }
 
@@ -158,21 +180,21 @@ impl<'a> Cursor<'a> {
     fn value_holes<const STRINGS: bool>(
         &mut self,
         depth: u32,
-        holes: &mut Vec<Range<usize>>,
+        holes: &mut Holes,
     ) -> Result<(), Invalid> {
         match self.peek() {
             b'"' => {
                 let s = self.i;
                 self.i = scan_string(self.b, self.i)?.0;
                 if STRINGS {
-                    push_hole(holes, s..self.i);
+                    holes.push(s..self.i);
                 }
                 Ok(())
             }
             b'-' | b'0'..=b'9' => {
                 let s = self.i;
                 self.i = scan_number(self.b, self.i)?;
-                push_hole(holes, s..self.i);
+                holes.push(s..self.i);
                 Ok(())
             }
             // With the list full, no more holes: plain validation.
@@ -204,7 +226,7 @@ impl<'a> Cursor<'a> {
     fn container_holes<const STRINGS: bool>(
         &mut self,
         depth: u32,
-        holes: &mut Vec<Range<usize>>,
+        holes: &mut Holes,
     ) -> Result<(), Invalid> {
         // The same nesting limit as `scan_value`.
         if depth + 1 > MAX_DEPTH {

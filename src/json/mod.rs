@@ -45,7 +45,7 @@ mod splice;
 mod string;
 mod walker;
 
-pub use cursor::{Cursor, MAX_HOLES};
+pub use cursor::{Cursor, Holes, MAX_HOLES};
 pub use lookup::{elements, find, members, skip_valid};
 pub use skip::{digits_end, leading_digits, scan_number, scan_string, scan_value, skip_ws};
 pub use splice::{Splice, insert_point, removal_span};

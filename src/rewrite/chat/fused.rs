@@ -10,10 +10,7 @@
 //! below and the `chat_split` fuzz target compare the two with the fused
 //! path switched off).
 
-use std::ops::Range;
-
 use super::ChatHandler;
-use super::scan::FastChoice;
 use super::template::{MAX_CONTENTS, TEMPLATES};
 use crate::sse::FrameRef;
 
@@ -60,8 +57,8 @@ impl ChatHandler {
         }
     }
 
-    /// Learns a template from a chunk the fast scan read as `fast` (with
-    /// the varying tokens `holes`), when no choice finishes in it, it has
+    /// Learns a template from a chunk the fast scan read as `self.fast`
+    /// (with the varying tokens `self.holes`), when no choice finishes in it, it has
     /// choices and every index is a `u32`: framed when the event is
     /// exactly `data: ` + the data + `\n\n`.
     ///
@@ -69,7 +66,8 @@ impl ChatHandler {
     /// result, an error object) is not learned: such chunks come once or
     /// twice per stream, so a template of one would cost its learning and
     /// evict one of the content chunks' templates for nothing.
-    pub(super) fn learn(&mut self, f: &FrameRef<'_>, fast: &[FastChoice], holes: &[Range<usize>]) {
+    pub(super) fn learn(&mut self, f: &FrameRef<'_>) {
+        let fast = &self.fast;
         if fast.is_empty() || fast.len() > MAX_CONTENTS || fast.iter().any(|c| c.index.is_none()) {
             return;
         }
@@ -85,7 +83,7 @@ impl ChatHandler {
             .filter_map(|c| Some((c.index?, c.content.clone()?)));
         let slot = self.next_template;
         self.next_template = (slot + 1) % TEMPLATES;
-        self.templates[slot].learn(s, at, framed, contents, holes);
+        self.templates[slot].learn(s, at, framed, contents, &self.holes);
     }
 
     /// The fused path: whole events at the start of `rest` that a framed

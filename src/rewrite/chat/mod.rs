@@ -47,13 +47,12 @@
 //! * `body.rs`: the whole-body rewriter.
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::cite::{Marker, MarkerTracker};
-use crate::json::{self, Invalid, Splice};
+use crate::json::{self, Holes, Invalid, Splice};
 use crate::rewrite::additions::{
     Existing, add_top_level, annotations_len, cited_set, event_with_top_level, push_annotations,
     reframe, splice_event,
@@ -70,7 +69,8 @@ pub(crate) mod template;
 
 pub use body::rewrite_body;
 use scan::{
-    ChoiceScan, ChunkScan, ENVELOPE, FastChoice, ScanPrefix, fast_scan, has_finish, scan_chunk,
+    ChoiceScan, ChunkScan, ENVELOPE, FastChoice, FastChoices, ScanPrefix, fast_scan, has_finish,
+    scan_chunk,
 };
 use template::{ChunkTemplate, Contents, TEMPLATES};
 
@@ -142,8 +142,10 @@ pub struct ChatHandler {
     out: Out,
     scan: ChunkScan,
     scans: Vec<ChoiceScan>,
-    fast: Vec<FastChoice>,
-    holes: Vec<Range<usize>>,
+    /// The choices of the last fast scan (inline: no allocation).
+    fast: FastChoices,
+    /// The varying tokens of the last fast scan (inline: no allocation).
+    holes: Holes,
     /// The envelope of a recent chunk, validated (for the fast scan).
     prefix: ScanPrefix,
     templates: [ChunkTemplate; TEMPLATES],
@@ -179,8 +181,8 @@ impl ChatStream {
                 // (Allocated on first use: a stream of only `[DONE]` or
                 // errors needs none of them.)
                 scans: Vec::new(),
-                fast: Vec::new(),
-                holes: Vec::new(),
+                fast: FastChoices::default(),
+                holes: Holes::default(),
                 prefix: ScanPrefix::default(),
                 templates: Default::default(),
                 next_template: 0,
@@ -257,30 +259,27 @@ impl ChatHandler {
         if has_finish(d) {
             return self.slow_path(f);
         }
-        let mut fast = std::mem::take(&mut self.fast);
-        let mut holes = std::mem::take(&mut self.holes);
-        match fast_scan(d, &mut fast, &mut holes, Some(&mut self.prefix)) {
+        match fast_scan(d, &mut self.fast, &mut self.holes, Some(&mut self.prefix)) {
             Err(Invalid) => self.out.pass(f),
             Ok(true) => {
-                for fc in &fast {
-                    let Some(st) = fc.index.and_then(|i| self.choice(i)) else {
+                for k in 0..self.fast.len() {
+                    let FastChoice { index, content } = self.fast[k].clone();
+                    let Some(st) = index.and_then(|i| self.choice(i)) else {
                         continue;
                     };
                     if st.finished {
                         continue;
                     }
-                    if let Some(r) = &fc.content {
-                        st.tracker.push_json(&d[r.clone()]);
+                    if let Some(r) = content {
+                        st.tracker.push_json(&d[r]);
                     }
                 }
-                self.learn(f, &fast, &holes);
+                self.learn(f);
                 self.out.pass(f);
             }
-            // An escaped key or a finish: the full scan.
+            // An escaped key, a finish or many choices: the full scan.
             Ok(false) => self.slow_path(f),
         }
-        self.fast = fast;
-        self.holes = holes;
     }
 
     /// The complete scan of a chunk, for finish chunks and chunks with
@@ -291,7 +290,7 @@ impl ChatHandler {
         };
         let mut scan = std::mem::take(&mut self.scan);
         let mut scans = std::mem::take(&mut self.scans);
-        match scan_chunk(e.data(), &mut scan, &mut scans) {
+        match scan_chunk(e.data(), &mut scan, &mut scans, Some(&self.prefix)) {
             Ok(()) => self.chunk(&e, &scan, &mut scans),
             Err(Invalid) => self.emit(e.raw().clone()),
         }

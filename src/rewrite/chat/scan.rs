@@ -27,7 +27,7 @@ use std::sync::LazyLock;
 
 use memchr::memmem;
 
-use crate::json::{self, Cursor, Field, Invalid, Member};
+use crate::json::{self, Cursor, Field, Holes, Invalid, Member};
 use crate::rewrite::additions::Existing;
 
 /// What the scanner reads of one choice in a chunk.
@@ -66,22 +66,39 @@ pub(crate) const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "sys
 ///
 /// A [`Cursor`] walk like the fast scan's (same grammar, same nesting
 /// depths as [`json::scan_value`]), reading more.
+///
+/// With a `prefix` of envelope members only that `d` starts with, the
+/// scan goes on after it with the envelope spans it holds (the same bytes
+/// read the same).
 pub(crate) fn scan_chunk(
     d: &[u8],
     s: &mut ChunkScan,
     choices: &mut Vec<ChoiceScan>,
+    prefix: Option<&ScanPrefix>,
 ) -> Result<(), Invalid> {
-    s.envelope = Default::default();
     s.usage = None;
     s.choices = None;
     s.existing.clear();
-    s.has_members = false;
     choices.clear();
     let mut c = Cursor::new(d);
-    c.ws();
-    c.eat(b'{')?;
     let mut prev_end = None;
-    if !c.empty(b'}') {
+    let resumed = prefix.and_then(|p| Some((p.envelope.as_ref()?, p.resume(d)?)));
+    let more = if let Some((env, at)) = resumed {
+        // (After a comma: a key follows.)
+        s.envelope = env.spans.clone();
+        s.has_members = true;
+        prev_end = Some(env.last_end);
+        c.i = at;
+        c.ws();
+        true
+    } else {
+        s.envelope = Default::default();
+        s.has_members = false;
+        c.ws();
+        c.eat(b'{')?;
+        !c.empty(b'}')
+    };
+    if more {
         loop {
             let (key, key_escaped) = c.string()?;
             c.ws();
@@ -273,15 +290,70 @@ pub(crate) struct FastChoice {
     pub(crate) content: Option<Range<usize>>,
 }
 
+/// Most choice objects the fast scan reads in one chunk (a chunk with more
+/// takes the full scan).
+pub(crate) const MAX_FAST_CHOICES: usize = 8;
+
+/// What the fast scan reads of a chunk's choices: at most
+/// [`MAX_FAST_CHOICES`], inline (a list that never allocates; it derefs to
+/// the choices read).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FastChoices {
+    n: usize,
+    at: [FastChoice; MAX_FAST_CHOICES],
+}
+
+impl FastChoices {
+    fn clear(&mut self) {
+        self.n = 0;
+    }
+
+    /// Adds a choice; `false` when the list is full.
+    #[inline]
+    fn push(&mut self, fc: FastChoice) -> bool {
+        let Some(slot) = self.at.get_mut(self.n) else {
+            return false;
+        };
+        *slot = fc;
+        self.n += 1;
+        true
+    }
+}
+
+impl std::ops::Deref for FastChoices {
+    type Target = [FastChoice];
+
+    #[inline]
+    fn deref(&self) -> &[FastChoice] {
+        self.at.get(..self.n).unwrap_or_default()
+    }
+}
+
 /// The validated start of a recent chunk: its bytes up to its first
 /// top-level `choices` key, when members without holes (the envelope:
 /// `id`, `object`, `created`, `model`, …, the same in every chunk of a
 /// stream) come before it. A chunk that starts with the same bytes reads
 /// the same up to there (the same bytes parse the same way), so the fast
 /// scan compares them (one `memcmp`) instead of scanning them again.
+///
+/// When every member of the prefix is an envelope member, it also keeps
+/// their value spans and where the last one ends, so that the full scan
+/// of a finish chunk starting with the same bytes ([`scan_chunk`] with
+/// the prefix) sets them without scanning them again.
 #[derive(Debug, Default)]
 pub(crate) struct ScanPrefix {
     bytes: Vec<u8>,
+    /// The envelope spans, when the prefix holds nothing else.
+    envelope: Option<PrefixEnvelope>,
+}
+
+/// What the full scan reads of a [`ScanPrefix`] made of envelope members
+/// only.
+#[derive(Clone, Debug, Default)]
+struct PrefixEnvelope {
+    spans: [Option<Range<usize>>; 5],
+    /// End of the last member's value (the full scan's `prev_end`).
+    last_end: usize,
 }
 
 /// Longest [`ScanPrefix`] kept.
@@ -296,16 +368,52 @@ impl ScanPrefix {
         (n > 0 && d.get(..n)? == self.bytes.as_slice()).then_some(n)
     }
 
-    fn record(&mut self, prefix: &[u8]) {
+    fn record(&mut self, prefix: &[u8], envelope: Option<PrefixEnvelope>) {
         self.bytes.clear();
         self.bytes.extend_from_slice(prefix);
+        self.envelope = envelope;
+    }
+}
+
+/// [`scan_chunk`] of `d` with the [`ScanPrefix`] the fast scan learns
+/// from `learn`, and without, as text (for the differential tests).
+#[cfg(any(test, fuzzing))]
+pub(crate) fn scan_with_prefix(learn: &[u8], d: &[u8]) -> (String, String) {
+    let mut prefix = ScanPrefix::default();
+    let _ = fast_scan(
+        learn,
+        &mut FastChoices::default(),
+        &mut Holes::default(),
+        Some(&mut prefix),
+    );
+    let scan = |p: Option<&ScanPrefix>| {
+        let (mut s, mut cs) = (ChunkScan::default(), Vec::new());
+        match scan_chunk(d, &mut s, &mut cs, p) {
+            Ok(()) => format!("{s:?} {cs:?}"),
+            Err(Invalid) => "invalid".to_owned(),
+        }
+    };
+    (scan(Some(&prefix)), scan(None))
+}
+
+/// The [`ENVELOPE`] position of an (unescaped) key.
+#[inline]
+fn envelope_key(key: &[u8]) -> Option<usize> {
+    match key {
+        b"id" => Some(0),
+        b"object" => Some(1),
+        b"created" => Some(2),
+        b"model" => Some(3),
+        b"system_fingerprint" => Some(4),
+        _ => None,
     }
 }
 
 /// The hot path's scan of one chunk: validates the whole JSON text and
 /// reads `choices[].index` and `choices[].delta.content`. Returns
 /// `Ok(false)` (the complete scanner decides) when a key has escapes
-/// (rare) or as soon as a `choices[].finish_reason` is a string: a
+/// (rare), at a choice object past [`MAX_FAST_CHOICES`] (rarer), or as
+/// soon as a `choices[].finish_reason` is a string: a
 /// finish chunk takes the cold path, which needs the full scan anyway,
 /// so it is scanned once. (Invalid JSON after that point is the full
 /// scan's to reject.)
@@ -315,14 +423,12 @@ impl ScanPrefix {
 /// chunk that does not.
 pub(crate) fn fast_scan(
     d: &[u8],
-    out: &mut Vec<FastChoice>,
-    holes: &mut Vec<Range<usize>>,
+    out: &mut FastChoices,
+    holes: &mut Holes,
     mut prefix: Option<&mut ScanPrefix>,
 ) -> Result<bool, Invalid> {
     out.clear();
     holes.clear();
-    // Room for all the holes recorded at once, not doubling from 2.
-    holes.reserve(json::MAX_HOLES);
     let mut c = Cursor::new(d);
     let resumed = prefix.as_deref().and_then(|p| p.resume(d));
     // Learn the prefix at the first `choices` key, unless resumed there.
@@ -341,6 +447,9 @@ pub(crate) fn fast_scan(
         }
     };
     let mut members = 0;
+    // The envelope spans of the members read so far, while learning the
+    // prefix and as long as they are all envelope members.
+    let mut env = (learn && prefix.is_some()).then(PrefixEnvelope::default);
     while more {
         let key_at = c.i;
         let Some(k) = c.key()? else { return Ok(false) };
@@ -350,10 +459,11 @@ pub(crate) fn fast_scan(
             // make the prefix differ from chunk to chunk.)
             if learn && members > 0 && holes.is_empty() && key_at <= MAX_PREFIX {
                 if let Some(p) = prefix.as_deref_mut() {
-                    p.record(&d[..key_at]);
+                    p.record(&d[..key_at], env.take());
                 }
             }
             learn = false;
+            env = None;
             c.i += 1;
             out.clear();
             if !c.empty(b']') {
@@ -370,21 +480,25 @@ pub(crate) fn fast_scan(
                     }
                 }
             }
-        } else if matches!(
-            key,
-            b"id" | b"object" | b"created" | b"model" | b"system_fingerprint"
-        ) {
+        } else if let Some(k) = envelope_key(key) {
             // The envelope: the same in every chunk of a stream.
+            let start = c.i;
             c.skip(1)?;
+            if let Some(e) = env.as_mut() {
+                e.spans[k] = Some(start..c.i);
+                e.last_end = c.i;
+            }
         } else if matches!(c.peek(), b'[' | b'{') {
             // Inside other top-level arrays and objects numbers vary
             // (a running `usage`) but strings repeat (Perplexity's
             // `citations`): only the numbers are holes. (A string
             // that does change only makes the template miss.)
+            env = None;
             c.skip_number_holes(1, holes)?;
         } else {
             // Other top-level strings and numbers may vary from chunk
             // to chunk (`obfuscation`): holes in a learned template.
+            env = None;
             c.skip_holes(1, holes)?;
         }
         members += 1;
@@ -401,8 +515,8 @@ pub(crate) fn fast_scan(
 #[inline]
 fn fast_choice(
     c: &mut Cursor<'_>,
-    out: &mut Vec<FastChoice>,
-    holes: &mut Vec<Range<usize>>,
+    out: &mut FastChoices,
+    holes: &mut Holes,
 ) -> Result<bool, Invalid> {
     let d = c.b;
     c.i += 1;
@@ -457,182 +571,9 @@ fn fast_choice(
             }
         }
     }
-    out.push(fc);
-    Ok(true)
+    Ok(out.push(fc))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    type Read = Vec<(Option<u32>, Option<String>, bool)>;
-
-    fn full(d: &str) -> Result<Read, Invalid> {
-        let (mut s, mut cs) = (ChunkScan::default(), Vec::new());
-        scan_chunk(d.as_bytes(), &mut s, &mut cs)?;
-        let body = |r: &Range<usize>| d[r.clone()].to_owned();
-        Ok(cs
-            .iter()
-            .map(|c| (c.index, c.content.as_ref().map(body), c.finish.is_some()))
-            .collect())
-    }
-
-    /// `Ok(None)`: the fast scan defers to the full scan.
-    fn fast(d: &str) -> Result<Option<(Read, Vec<String>)>, Invalid> {
-        let (mut cs, mut holes) = (Vec::new(), Vec::new());
-        if !fast_scan(d.as_bytes(), &mut cs, &mut holes, None)? {
-            return Ok(None);
-        }
-        let read = cs
-            .iter()
-            .map(|c| (c.index, c.content.clone().map(|r| d[r].to_owned()), false))
-            .collect();
-        let holes = holes.into_iter().map(|r| d[r].to_owned()).collect();
-        Ok(Some((read, holes)))
-    }
-
-    #[test]
-    fn both_scans_read_the_same_choices() {
-        for d in [
-            r#"{"id":"c","choices":[{"index":0,"delta":{"content":"a\"b"},"finish_reason":null}]}"#,
-            r#" { "choices" : [ { "delta" : { "content" : null } } , 3 ] } "#,
-            r#"{"choices":[{"index":-1,"delta":{"content":"x","content":7}}]}"#,
-            r#"{"choices":[{"index":2,"delta":"s","finish_reason":{"a":1}}],"choices":[]}"#,
-            r#"{"usage":{"total_tokens":3},"choices":[]}"#,
-        ] {
-            let (read, _) = fast(d).unwrap().expect("no escaped key, no finish");
-            assert_eq!(Ok(read), full(d), "{d}");
-        }
-    }
-
-    #[test]
-    fn the_fast_scan_defers_finish_chunks() {
-        let d = r#"{"choices":[{"index":1,"delta":{"content":"x"}},{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-        assert_eq!(fast(d), Ok(None));
-        assert_eq!(
-            full(d),
-            Ok(vec![
-                (Some(1), Some("x".into()), false),
-                (Some(0), None, true)
-            ])
-        );
-    }
-
-    #[test]
-    fn the_full_scan_reads_envelope_usage_and_escaped_keys() {
-        let d = r#"{"id":"c","model":"m","choices":[],"usage":{"a":1},"sources":[],"created":1}"#;
-        let (mut s, mut cs) = (ChunkScan::default(), Vec::new());
-        scan_chunk(d.as_bytes(), &mut s, &mut cs).unwrap();
-        assert_eq!(s.envelope[0].clone().map(|r| &d[r]), Some("\"c\""));
-        assert_eq!(s.envelope[2].clone().map(|r| &d[r]), Some("1"));
-        assert_eq!(s.envelope[4], None);
-        assert_eq!(&d[s.usage.unwrap().value()], r#"{"a":1}"#);
-        assert_eq!(s.existing.sources.len(), 1);
-        assert_eq!(s.close, d.len() - 1);
-
-        let escaped = r#"{"choic\u0065s":[{"index":0,"delta":{"content":"x"}}]}"#;
-        assert_eq!(fast(escaped), Ok(None));
-        assert_eq!(full(escaped), Ok(vec![(Some(0), Some("x".into()), false)]));
-    }
-
-    #[test]
-    fn holes_are_the_strings_and_numbers_that_vary() {
-        let d = r#"{"id":"c","object":"o","choices":[{"index":0,"delta":{"role":"assistant","content":"x","tool_calls":[{"function":{"arguments":"{}"}}]}}],"obfuscation":"zz"}"#;
-        let (_, holes) = fast(d).unwrap().unwrap();
-        assert_eq!(holes, [r#""assistant""#, r#""{}""#, r#""zz""#]);
-        let usage = d.replace(
-            r#""obfuscation":"zz""#,
-            r#""usage":{"total_tokens":12,"cost":0.5}"#,
-        );
-        let (_, holes) = fast(&usage).unwrap().unwrap();
-        assert_eq!(holes, [r#""assistant""#, r#""{}""#, "12", "0.5"]);
-        // Strings inside other top-level arrays and objects repeat
-        // (Perplexity's `citations`): literal, not holes.
-        let cited = d.replace(
-            r#""obfuscation":"zz""#,
-            r#""citations":["https://a/","https://b/"],"usage":{"model":"m","total_tokens":3}"#,
-        );
-        let (_, holes) = fast(&cited).unwrap().unwrap();
-        assert_eq!(holes, [r#""assistant""#, r#""{}""#, "3"]);
-    }
-
-    /// The fast scan reads the same with a prefix learned from earlier
-    /// chunks as without, chunk after chunk (valid, invalid, deferred, with
-    /// and without the prefix, cut anywhere after it).
-    #[test]
-    fn a_learned_prefix_reads_the_same() {
-        let env = r#"{"id":"c","object":"o","created":1,"#;
-        let mut chunks: Vec<String> = vec![
-            format!(r#"{env}"choices":[{{"index":0,"delta":{{"content":"a"}}}}]}}"#),
-            format!(r#"{env}"choices":[{{"index":1,"delta":{{"content":"b"}}}}],"x":"y"}}"#),
-            format!(r#"{env} "choices":[]}}"#),
-            format!(r#"{env}"choices":[{{"finish_reason":"stop"}}]}}"#),
-            format!(r#"{env}"choic\u0065s":[]}}"#),
-            format!(r#"{env}"usage":{{"n":1}},"choices":[]}}"#),
-            format!(r#"{env}}}"#),
-            format!(r#"{env}"choices":[{{"index":0,"delta":{{"content":"a"}}}}]"#),
-            r#"{"choices":[{"index":0,"delta":{"content":"a"}}],"id":"c"}"#.to_owned(),
-            format!("{env}"),
-        ];
-        let first = chunks[0].clone();
-        for cut in env.len()..first.len() {
-            chunks.push(first[..cut].to_owned());
-            chunks.push(format!("{}}}", &first[..cut]));
-        }
-        let mut prefix = ScanPrefix::default();
-        for _ in 0..2 {
-            for d in &chunks {
-                let (mut cs, mut holes) = (Vec::new(), Vec::new());
-                let got = fast_scan(d.as_bytes(), &mut cs, &mut holes, Some(&mut prefix));
-                let read = |cs: &[FastChoice]| -> Vec<_> {
-                    cs.iter().map(|c| (c.index, c.content.clone())).collect()
-                };
-                let got = got.map(|ok| (ok, read(&cs), holes.clone()));
-                let (mut cs, mut holes) = (Vec::new(), Vec::new());
-                let want = fast_scan(d.as_bytes(), &mut cs, &mut holes, None);
-                let want = want.map(|ok| (ok, read(&cs), holes));
-                assert_eq!(got, want, "{d}");
-            }
-        }
-        assert_eq!(prefix.bytes, env.as_bytes());
-    }
-
-    #[test]
-    fn has_finish_finds_string_finish_reasons_outside_strings() {
-        for (d, want) in [
-            (
-                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
-                true,
-            ),
-            (
-                r#"{"choices":[{"index":0,"delta":{},"finish_reason":null}]}"#,
-                false,
-            ),
-            // Escaped inside a string: not the pattern.
-            (
-                r#"{"choices":[{"delta":{"content":"\"finish_reason\":\"x"}}]}"#,
-                false,
-            ),
-            // With whitespace: missed (the fast scan then defers).
-            (r#"{"choices":[{"finish_reason": "stop"}]}"#, false),
-            ("", false),
-        ] {
-            assert_eq!(has_finish(d.as_bytes()), want, "{d}");
-        }
-    }
-
-    #[test]
-    fn both_scans_reject_invalid_json() {
-        for d in [
-            "",
-            "[]",
-            r#"{"choices":[{"index":0,"delta":{"content":"x"}}]"#,
-            r#"{"choices":[{"index":0,"delta":{"content":"x"}}]} x"#,
-            r#"{"choices":[{"index":01}]}"#,
-            "{\"choices\":[{\"delta\":{\"content\":\"a\nb\"}}]}",
-        ] {
-            assert_eq!(fast(d), Err(Invalid), "{d:?}");
-            assert_eq!(full(d), Err(Invalid), "{d:?}");
-        }
-    }
-}
+#[path = "scan_tests.rs"]
+mod tests;

@@ -398,7 +398,9 @@ impl ChunkTemplate {
             }
             k += 1;
         });
-        if walked == Some(s.len()) {
+        // (With every hole kept, the template would be built again as it
+        // is.)
+        if walked == Some(s.len()) && n < self.n {
             self.build(s, &cuts[..n]);
         }
     }
@@ -449,7 +451,8 @@ impl ChunkTemplate {
                 *slot = token_hash(&s[r.clone()]);
             }
         }
-        self.probation = true;
+        // Only content holes: nothing to refine.
+        self.probation = !holes.is_empty();
     }
 
     /// Cuts `s` at the sorted, disjoint token ranges `cuts`.
@@ -461,8 +464,12 @@ impl ChunkTemplate {
             return false;
         }
         // Sized once (not doubled from empty, segment by segment): the
-        // literal text is at most `s`.
-        self.literal.reserve(s.len());
+        // literal text is at most `s`. A buffer too small is replaced, not
+        // grown (no copy of the old text), with room for the refinement
+        // by a longer chunk of the same shape (its first match).
+        if self.literal.capacity() < s.len() {
+            self.literal = Vec::with_capacity(s.len() + s.len() / 2);
+        }
         let mut at = 0;
         for ((r, h), slot) in cuts.iter().zip(&mut self.holes) {
             if r.start < at {
