@@ -34,14 +34,19 @@
 //! Events that straddle two pieces take the fused path too, through a
 //! *held tail*. When the fused events stop short of the piece's end, with
 //! nothing queued after the piece, and the rest is the start of an event
-//! the handler may recognise ([`Handler::fast_tail`]: one line without CR,
-//! at most an LF at its end, at most the event size limit and
-//! `MAX_STRADDLE` bytes), the rest stays unscanned in the parser and the
-//! parser is not asked for frames until the next piece (`feed` or
-//! `feed_slice`; the small-read path declines while a rest is unscanned).
-//! That piece's head up to the event's end (the blank line's LF; LF line
-//! ends only) is copied with the tail into a reused buffer, only for
-//! matching: when [`Handler::fast_events`] takes the whole of it, the
+//! the handler may recognise (one line without CR, at most an LF at its
+//! end, at most the event size limit and `MAX_STRADDLE` bytes; the
+//! handler's [`Handler::fast_tail`] tells), the rest stays unscanned in
+//! the parser and the parser is not asked for frames until the next piece
+//! (`feed` or `feed_slice`; the small-read path declines while a rest is
+//! unscanned). A tail the handler calls [`Tail::Started`] (it matched all
+//! of it, one line by construction) is completed in the next piece by
+//! [`Handler::fast_straddle`], which goes on where its match stopped: no
+//! copy. Otherwise (a [`Tail::Maybe`], checked here to be one line, or a
+//! `Started` one `fast_straddle` declines) that piece's head up to the
+//! event's end (the blank line's LF; LF line ends only) is copied with
+//! the tail into a reused buffer, only for matching, and
+//! [`Handler::fast_events`] must take the whole of it. Either way a taken
 //! event goes out as two slices (the tail, moved out of the parser, and
 //! the head, the start of a run of the new piece) and the parser skips
 //! both, standing where dispatching the event would leave it. Otherwise

@@ -4,7 +4,10 @@
 //! path ([`ChatHandler::event`]) and the fused one
 //! ([`Handler::fast_events`](crate::rewrite::driver::Handler::fast_events)),
 //! which recognises whole events in an input piece before the SSE parser
-//! sees them.
+//! sees them. An event that straddles two pieces is matched in two steps:
+//! the start (a held tail) along a template as far as it goes
+//! ([`ChatHandler::fused_tail`]), the rest in the next piece from where
+//! that walk stopped ([`ChatHandler::fused_straddle`]).
 //!
 //! Both give the same output as the parser + full scan would (the tests
 //! below and the `chat_split` fuzz target compare the two with the fused
