@@ -399,7 +399,7 @@ impl ChunkTemplate {
     /// framed template's literal text is one line and a blank line, its
     /// holes strings and numbers: such an `s` has no CR and no LF but
     /// maybe the last byte. `Ok` is a whole match.
-    #[inline(never)]
+    #[inline(always)]
     pub(crate) fn prefix(&self, s: &[u8], c: &mut Contents) -> Result<usize, Stop> {
         c.n = 0;
         if !self.valid {
@@ -412,7 +412,7 @@ impl ChunkTemplate {
     /// segment `k`, byte `lit` of the literal: the end of the match in
     /// `s` (the next piece), its contents added to `c` (ranges in `s`).
     /// The same answer as the walk of the tail and `s` joined.
-    #[inline(never)]
+    #[inline(always)]
     pub(crate) fn resume(&self, s: &[u8], k: usize, lit: usize, c: &mut Contents) -> Option<usize> {
         if !self.valid {
             return None;
