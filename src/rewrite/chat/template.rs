@@ -342,36 +342,36 @@ impl ChunkTemplate {
         let (&(head, Hole::Content(i)), nums) = self.holes.get(..self.n)?.split_last()? else {
             return None;
         };
-        let lit = self.literal.as_slice();
-        let (mut at, mut pos) = (0, 0);
+        // (The literal and the input as shrinking slices: no index
+        // arithmetic per hole.)
+        let (mut lit, mut rest, mut at) = (self.literal.as_slice(), s, 0);
         for &(end, _) in nums {
             let end = usize::from(end);
-            let seg = lit.get(at..end)?;
-            let (got, rest) = s.get(pos..)?.split_at_checked(seg.len())?;
+            let (seg, lit_after) = lit.split_at_checked(end.checked_sub(at)?)?;
+            let (got, r) = rest.split_at_checked(seg.len())?;
             if !same(got, seg) {
-                *unsure = matches!(s.get(pos), Some(b'.' | b'e' | b'E'));
+                *unsure = matches!(rest.first(), Some(b'.' | b'e' | b'E'));
                 return None;
             }
             // One word: 1 to 7 digits, no leading zero.
-            let Some(w) = rest.get(..8).and_then(|w| w.try_into().ok()) else {
+            let Some(w) = r.first_chunk::<8>() else {
                 *unsure = true;
                 return None;
             };
-            let w = u64::from_le_bytes(w);
+            let w = u64::from_le_bytes(*w);
             let d = json::leading_digits(w);
             if d.wrapping_sub(1) >= 7 || (w as u8 == b'0' && d > 1) {
                 *unsure = true;
                 return None;
             }
-            pos += seg.len() + d;
-            at = end;
+            rest = r.get(d..)?;
+            (lit, at) = (lit_after, end);
         }
-        let (seg, tail) = lit
-            .get(at..)?
-            .split_at_checked(usize::from(head).checked_sub(at)?)?;
-        let (got, r) = s.get(pos..)?.split_at_checked(seg.len())?;
+        let (seg, tail) = lit.split_at_checked(usize::from(head).checked_sub(at)?)?;
+        let pos = s.len() - rest.len();
+        let (got, r) = rest.split_at_checked(seg.len())?;
         if !same(got, seg) {
-            *unsure = matches!(s.get(pos), Some(b'.' | b'e' | b'E'));
+            *unsure = matches!(rest.first(), Some(b'.' | b'e' | b'E'));
             return None;
         }
         let len = json::scan_string(r, 0).ok()?.0;
