@@ -172,8 +172,13 @@ impl ChatHandler {
     /// every framed template differs.
     #[inline(never)]
     pub(super) fn fused_tail(&mut self, tail: &[u8]) -> Tail {
-        // (A byte loop: no library call for five bytes.)
-        if !self.fused || !tail.iter().zip(b"data:").all(|(a, b)| a == b) {
+        // (Five bytes compared as a word and a byte, no library call; a
+        // shorter tail byte by byte.)
+        let data = match tail.first_chunk::<5>() {
+            Some(w) => w == b"data:",
+            None => tail.iter().zip(b"data:").all(|(a, b)| a == b),
+        };
+        if !self.fused || !data {
             return Tail::No;
         }
         let mut kind = Tail::No;

@@ -321,9 +321,10 @@ impl ChunkTemplate {
     fn walk_numbers(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         if self.nums_one {
             let mut unsure = false;
-            let end = self.walk_nums_one(s, c, &mut unsure);
-            if end.is_some() || !unsure {
-                return end;
+            match self.walk_nums_one(s, c, &mut unsure) {
+                Ok(end) => return Some(end),
+                Err(_) if !unsure => return None,
+                Err(_) => {}
             }
         }
         self.walk_any(s, c)
@@ -332,57 +333,62 @@ impl ChunkTemplate {
     /// The walk of a template whose holes are numbers, then one content
     /// hole: no hole dispatch, a number is one to seven plain digits (no
     /// leading zero) read in one word.
-    /// Its answer is the general walk's, but `None` with `unsure` set: any
-    /// other number (a sign, a fraction, an exponent) is left to the
+    /// Its answer is the general walk's (every stop a [`Stop::Mismatch`]:
+    /// a `Result`, which LLVM lays out better here than an `Option`), but a
+    /// stop with `unsure` set: any other number (a sign, a fraction, an
+    /// exponent), or one within a word of the input's end, is left to the
     /// general walk. (A match is the general walk's: the segment after a
-    /// number starts with a byte that ends the number token, `nums_one`;
-    /// a mismatch is, unless a `.`, `e` or `E` could continue the number.)
+    /// number starts with a byte that ends the number token, `nums_one`; a
+    /// mismatch is, unless a `.`, `e` or `E` could continue the number.)
     #[inline(always)]
-    fn walk_nums_one(&self, s: &[u8], c: &mut Contents, unsure: &mut bool) -> Option<usize> {
-        let (&(head, Hole::Content(i)), nums) = self.holes.get(..self.n)?.split_last()? else {
-            return None;
+    fn walk_nums_one(&self, s: &[u8], c: &mut Contents, unsure: &mut bool) -> Result<usize, Stop> {
+        use Stop::Mismatch;
+        let holes = self.holes.get(..self.n).ok_or(Mismatch)?;
+        let Some((&(head, Hole::Content(i)), nums)) = holes.split_last() else {
+            return Err(Mismatch);
         };
         // (The literal and the input as shrinking slices: no index
         // arithmetic per hole.)
         let (mut lit, mut rest, mut at) = (self.literal.as_slice(), s, 0);
         for &(end, _) in nums {
             let end = usize::from(end);
-            let (seg, lit_after) = lit.split_at_checked(end.checked_sub(at)?)?;
-            let (got, r) = rest.split_at_checked(seg.len())?;
+            let len = end.checked_sub(at).ok_or(Mismatch)?;
+            let (seg, lit_after) = lit.split_at_checked(len).ok_or(Mismatch)?;
+            let (got, r) = rest.split_at_checked(seg.len()).ok_or(Mismatch)?;
             if !same(got, seg) {
                 *unsure = matches!(rest.first(), Some(b'.' | b'e' | b'E'));
-                return None;
+                return Err(Mismatch);
             }
             // One word: 1 to 7 digits, no leading zero.
             let Some(w) = r.first_chunk::<8>() else {
                 *unsure = true;
-                return None;
+                return Err(Mismatch);
             };
             let w = u64::from_le_bytes(*w);
             let d = json::leading_digits(w);
             if d.wrapping_sub(1) >= 7 || (w as u8 == b'0' && d > 1) {
                 *unsure = true;
-                return None;
+                return Err(Mismatch);
             }
-            rest = r.get(d..)?;
+            rest = r.get(d..).ok_or(Mismatch)?;
             (lit, at) = (lit_after, end);
         }
-        let (seg, tail) = lit.split_at_checked(usize::from(head).checked_sub(at)?)?;
+        let len = usize::from(head).checked_sub(at).ok_or(Mismatch)?;
+        let (seg, tail) = lit.split_at_checked(len).ok_or(Mismatch)?;
         let pos = s.len() - rest.len();
-        let (got, r) = rest.split_at_checked(seg.len())?;
+        let (got, r) = rest.split_at_checked(seg.len()).ok_or(Mismatch)?;
         if !same(got, seg) {
             *unsure = matches!(rest.first(), Some(b'.' | b'e' | b'E'));
-            return None;
+            return Err(Mismatch);
         }
-        let len = json::scan_string(r, 0).ok()?.0;
-        let got = r.get(len..)?.get(..tail.len())?;
-        if !same(got, tail) {
-            return None;
-        }
+        let (len, _) = json::scan_string(r, 0).map_err(|_| Mismatch)?;
         let start = pos + seg.len();
         c.at[0] = (i, start + 1, start + len - 1);
         c.n = 1;
-        Some(start + len + tail.len())
+        match r.get(len..).and_then(|r| r.get(..tail.len())) {
+            Some(got) if same(got, tail) => Ok(start + len + tail.len()),
+            _ => Err(Mismatch),
+        }
     }
 
     /// The general walk (any holes), recording the content bodies.
@@ -441,7 +447,7 @@ impl ChunkTemplate {
         };
         let (mut c3, mut unsure) = (Contents::default(), false);
         let nums_agree = !(self.valid && self.nums_one) || {
-            let nums = self.walk_nums_one(s, &mut c3, &mut unsure);
+            let nums = self.walk_nums_one(s, &mut c3, &mut unsure).ok();
             if unsure {
                 nums.is_none()
             } else {
