@@ -206,10 +206,11 @@ impl ChatHandler {
         if !t.framed {
             return Err(Stop::Mismatch);
         }
-        match t.prefix(tail, &mut self.held.contents) {
-            Err(Stop::Short { .. }) if t.on_probation() => Err(Stop::InHole),
-            r => r,
+        let walked = t.prefix(tail, &mut self.held.contents);
+        if t.on_probation() && matches!(walked, Err(Stop::Short { .. })) {
+            return Err(Stop::InHole);
         }
+        walked
     }
 
     /// The event a [`Tail::Started`] tail starts, completed by `head`:
