@@ -34,14 +34,19 @@
 //! Events that straddle two pieces take the fused path too, through a
 //! *held tail*. When the fused events stop short of the piece's end, with
 //! nothing queued after the piece, and the rest is the start of an event
-//! the handler may recognise ([`Handler::fast_tail`]: one line without CR,
-//! at most an LF at its end, at most the event size limit and
-//! `MAX_STRADDLE` bytes), the rest stays unscanned in the parser and the
-//! parser is not asked for frames until the next piece (`feed` or
-//! `feed_slice`; the small-read path declines while a rest is unscanned).
-//! That piece's head up to the event's end (the blank line's LF; LF line
-//! ends only) is copied with the tail into a reused buffer, only for
-//! matching: when [`Handler::fast_events`] takes the whole of it, the
+//! the handler may recognise (one line without CR, at most an LF at its
+//! end, at most the event size limit and `MAX_STRADDLE` bytes; the
+//! handler's [`Handler::fast_tail`] tells), the rest stays unscanned in
+//! the parser and the parser is not asked for frames until the next piece
+//! (`feed` or `feed_slice`; the small-read path declines while a rest is
+//! unscanned). A tail the handler calls [`Tail::Started`] (it matched all
+//! of it, one line by construction) is completed in the next piece by
+//! [`Handler::fast_straddle`], which goes on where its match stopped: no
+//! copy. Otherwise (a [`Tail::Maybe`], checked here to be one line, or a
+//! `Started` one `fast_straddle` declines) that piece's head up to the
+//! event's end (the blank line's LF; LF line ends only) is copied with
+//! the tail into a reused buffer, only for matching, and
+//! [`Handler::fast_events`] must take the whole of it. Either way a taken
 //! event goes out as two slices (the tail, moved out of the parser, and
 //! the head, the start of a run of the new piece) and the parser skips
 //! both, standing where dispatching the event would leave it. Otherwise
@@ -123,16 +128,46 @@ pub trait Handler {
     }
     /// Whether [`fast_events`](Self::fast_events) may recognise an event
     /// that starts with `tail` (the start of an event at the end of a
-    /// piece, one line without CR, at most an LF at its end) once the next
-    /// piece completes it: then the driver holds `tail` back from the
-    /// parser (the module docs say how). A cheap guess; the default is no.
+    /// piece, at most the event size limit) once the next piece completes
+    /// it: then the driver holds `tail` back from the parser (the module
+    /// docs say how). The default is [`Tail::No`].
     ///
     /// Called only when [`FUSED`](Self::FUSED) is set.
     #[inline]
-    fn fast_tail(&self, tail: &[u8]) -> bool {
+    fn fast_tail(&mut self, tail: &[u8]) -> Tail {
         let _ = tail;
-        false
+        Tail::No
     }
+    /// The event started by a tail [`fast_tail`](Self::fast_tail) called
+    /// [`Tail::Started`] (the last call), completed by `head` (the next
+    /// piece): when the handler recognises it and fully handles it (as
+    /// [`fast_events`](Self::fast_events) would the tail and the head
+    /// joined), the bytes of `head` it takes, with the blank line's LF
+    /// before byte `limit` of the joined event; 0 otherwise (nothing
+    /// handled). The default is 0.
+    ///
+    /// Called only when [`FUSED`](Self::FUSED) is set.
+    #[inline]
+    fn fast_straddle(&mut self, tail: &[u8], head: &[u8], limit: usize) -> usize {
+        let _ = (tail, head, limit);
+        0
+    }
+}
+
+/// What a handler's fused path tells of a tail ([`Handler::fast_tail`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tail {
+    /// Not the start of an event the fused path recognises: not held.
+    No,
+    /// Maybe the start of one: held when it is one line without CR (at
+    /// most an LF at its end), then matched joined with the next piece's
+    /// head.
+    Maybe,
+    /// The start of an event the fused path recognises if the next piece
+    /// completes it, one line without CR (at most an LF at its end): held,
+    /// and the handler goes on in the next piece where it stopped
+    /// ([`Handler::fast_straddle`]; when that declines, as `Maybe`).
+    Started,
 }
 
 /// The output queue of a streaming rewriter. Frames passed through
@@ -248,6 +283,9 @@ pub struct SseRewriter<H> {
     /// such a rest is not held, so the parsed events of a stream the fused
     /// path does not know are not scanned twice.
     hold_rests: bool,
+    /// The held tail is [`Tail::Started`]: the handler goes on in the
+    /// next piece ([`Handler::fast_straddle`]).
+    started: bool,
     /// A held tail and the head of the next piece, joined for matching
     /// (reused; at most [`MAX_STRADDLE`] bytes).
     joined: Vec<u8>,
@@ -275,6 +313,7 @@ impl<H> SseRewriter<H> {
             idle: false,
             held: false,
             hold_rests: false,
+            started: false,
             joined: Vec::new(),
             #[cfg(test)]
             straddled: 0,
@@ -410,7 +449,22 @@ impl<H: Handler> SseRewriter<H> {
         let Some((piece, at)) = self.parser.clean_rest() else {
             return false;
         };
-        self.held = holds(&self.h, &piece[at..], max);
+        let tail = &piece[at..];
+        let line = tail.strip_suffix(b"\n").unwrap_or(tail);
+        // (Its last byte first: a rest that ends in whole blocks, as a
+        // large read often does, is found out at once.)
+        let kind =
+            if tail.len() <= max.min(MAX_STRADDLE) && !matches!(line.last(), Some(b'\n' | b'\r')) {
+                self.h.fast_tail(tail)
+            } else {
+                Tail::No
+            };
+        self.started = kind == Tail::Started;
+        self.held = match kind {
+            Tail::No => false,
+            Tail::Maybe => one_line(line),
+            Tail::Started => true,
+        };
         self.held
     }
 
@@ -442,30 +496,35 @@ impl<H: Handler> SseRewriter<H> {
     #[inline(never)]
     fn straddle(&mut self, chunk: Bytes) {
         self.held = false;
+        let started = std::mem::take(&mut self.started);
         let max = self.parser.max_event_size();
+        let limit = max.min(MAX_STRADDLE);
         if let Some((piece, at)) = self.parser.clean_rest() {
             let tail = &piece[at..];
-            if let Some(end) = event_end(tail, &chunk, max.min(MAX_STRADDLE)) {
-                self.joined.clear();
-                self.joined.extend_from_slice(tail);
-                self.joined.extend_from_slice(&chunk[..end]);
-                if self.h.fast_events(&self.joined, max) == self.joined.len() {
-                    // (Moved out of the parser, not cloned.)
-                    let tail = self.parser.skip_rest();
-                    let out = self.h.out();
-                    // As dispatching the event would.
-                    out.swallow_line_end = false;
-                    out.push(tail);
-                    out.pass_span(&chunk, 0, end);
-                    self.parser.queue_piece(chunk);
-                    self.parser.skip(end);
-                    self.hold_rests = true;
-                    #[cfg(test)]
-                    {
-                        self.straddled += 1;
-                    }
-                    return;
+            let mut end = if started {
+                self.h.fast_straddle(tail, &chunk, limit)
+            } else {
+                0
+            };
+            if end == 0 {
+                end = joined_event(&mut self.h, &mut self.joined, tail, &chunk, max);
+            }
+            if end > 0 {
+                // (Moved out of the parser, not cloned.)
+                let tail = self.parser.skip_rest();
+                let out = self.h.out();
+                // As dispatching the event would.
+                out.swallow_line_end = false;
+                out.push(tail);
+                out.pass_span(&chunk, 0, end);
+                self.parser.queue_piece(chunk);
+                self.parser.skip(end);
+                self.hold_rests = true;
+                #[cfg(test)]
+                {
+                    self.straddled += 1;
                 }
+                return;
             }
         }
         self.parser.queue_piece(chunk);
@@ -478,6 +537,7 @@ impl<H: Handler> SseRewriter<H> {
         self.idle = false;
         // A held tail is the parser's unscanned rest: it goes on as usual.
         self.held = false;
+        self.started = false;
         // Handle complete frames first (a caller may call `finish` without
         // draining).
         while let Some(f) = self.parser.next_frame_ref() {
@@ -512,23 +572,34 @@ impl<H: Handler> SseRewriter<H> {
     }
 }
 
-/// Whether to hold `tail`, the rest of the last piece after the fused
-/// events, at a block start: the start of an event (one line without CR,
-/// at most an LF at its end, within the limits) that the handler may
-/// recognise once the next piece completes it.
+/// The bytes of `head` that the event started by `tail` takes when the
+/// handler's fused path recognises the whole of it, matched in `joined` (a
+/// copy made only for matching); 0 otherwise.
 #[inline]
-fn holds<H: Handler>(h: &H, tail: &[u8], max: usize) -> bool {
-    tail.len() <= max.min(MAX_STRADDLE)
-        && h.fast_tail(tail)
-        && one_line(tail.strip_suffix(b"\n").unwrap_or(tail))
+fn joined_event<H: Handler>(
+    h: &mut H,
+    joined: &mut Vec<u8>,
+    tail: &[u8],
+    head: &[u8],
+    max: usize,
+) -> usize {
+    let Some(end) = event_end(tail, head, max.min(MAX_STRADDLE)) else {
+        return 0;
+    };
+    joined.clear();
+    joined.extend_from_slice(tail);
+    joined.extend_from_slice(&head[..end]);
+    if h.fast_events(joined, max) == joined.len() {
+        end
+    } else {
+        0
+    }
 }
 
-/// Whether `line` holds no CR or LF. (Its last byte first: a rest that
-/// ends in whole blocks, as a large read often does, is found out at
-/// once.)
+/// Whether `line` holds no CR or LF.
 #[inline]
 fn one_line(line: &[u8]) -> bool {
-    !matches!(line.last(), Some(b'\n' | b'\r')) && memchr::memchr2(b'\n', b'\r', line).is_none()
+    memchr::memchr2(b'\n', b'\r', line).is_none()
 }
 
 /// Where the event that starts with `tail` (one line without CR, at most an

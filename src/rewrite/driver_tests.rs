@@ -11,15 +11,19 @@ struct Echo {
     frames: usize,
     ended: usize,
     fast: bool,
+    /// Tails that start `data: a` are [`Tail::Started`] (else `Maybe`).
+    resume: bool,
     fast_frames: usize,
 }
+
+/// The event [`Echo`] recognises.
+const A: &[u8] = b"data: a\n\n";
 
 impl Handler for Echo {
     const NAME: &'static str = "Echo";
     const FUSED: bool = true;
     /// Recognises `data: a` events when `fast` is on.
     fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
-        const A: &[u8] = b"data: a\n\n";
         let mut n = 0;
         while self.fast && rest[n..].starts_with(A) && A.len() - 1 <= max_event {
             self.fast_frames += 1;
@@ -27,9 +31,23 @@ impl Handler for Echo {
         }
         n
     }
-    /// Holds any tail the driver offers when `fast` is on.
-    fn fast_tail(&self, _tail: &[u8]) -> bool {
-        self.fast
+    /// Holds any tail the driver offers when `fast` is on; with `resume`,
+    /// the start of `data: a` is [`Tail::Started`].
+    fn fast_tail(&mut self, tail: &[u8]) -> Tail {
+        match (self.fast, self.resume) {
+            (false, _) => Tail::No,
+            (true, true) if tail.len() < A.len() && A.starts_with(tail) => Tail::Started,
+            (true, _) => Tail::Maybe,
+        }
+    }
+    /// The rest of `data: a` after a started tail.
+    fn fast_straddle(&mut self, tail: &[u8], head: &[u8], limit: usize) -> usize {
+        assert!(self.resume && A.starts_with(tail), "only after a start");
+        if !head.starts_with(&A[tail.len()..]) || A.len() > limit {
+            return 0;
+        }
+        self.fast_frames += 1;
+        A.len() - tail.len()
     }
     fn handle(&mut self, f: &FrameRef<'_>) {
         self.frames += 1;
@@ -58,12 +76,14 @@ fn echo() -> SseRewriter<Echo> {
     SseRewriter::with_handler(Parser::with_config(&Config::new()), Echo::default())
 }
 
-/// An [`echo`] with the event size limit `max` and the fused path `fast`.
-fn echo_with(max: usize, fast: bool) -> SseRewriter<Echo> {
+/// An [`echo`] with the event size limit `max`, the fused path `fast`
+/// and started tails `resume`.
+fn echo_with(max: usize, fast: bool, resume: bool) -> SseRewriter<Echo> {
     let mut c = Config::new();
     c.max_event_size(max);
     let mut r = SseRewriter::with_handler(Parser::with_config(&c), Echo::default());
     r.h.fast = fast;
+    r.h.resume = resume;
     r
 }
 
@@ -248,21 +268,25 @@ fn an_absorbed_piece_keeps_undrained_output() {
 fn held_tails_give_the_parsed_output_under_every_split() {
     let input: &[u8] = b"data: a\n\ndata: a\n\ndata: b\n\ndata: a\n\ndata: x\r\n\r\ndata: a\n\n\
         data: a\r\n\r\ndata: a\ndata: a\n\n: c\n\ndata: a\n\ndata: a\n\ndata: a";
-    for max in [DEFAULT_MAX_EVENT_SIZE, 8, 7] {
-        let want = feed_all(&mut echo_with(max, false), input, &[], Feed::Drained);
+    for (max, resume) in [DEFAULT_MAX_EVENT_SIZE, 8, 7]
+        .into_iter()
+        .flat_map(|m| [(m, false), (m, true)])
+    {
+        let want = feed_all(&mut echo_with(max, false, false), input, &[], Feed::Drained);
         for i in 0..=input.len() {
             for j in i..=input.len() {
                 for how in [Feed::Drained, Feed::Slices, Feed::Late] {
-                    let got = feed_all(&mut echo_with(max, true), input, &[i, j], how);
-                    assert_eq!(got, want, "max {max}, cuts {i} {j}, {how:?}");
+                    let mut r = echo_with(max, true, resume);
+                    let got = feed_all(&mut r, input, &[i, j], how);
+                    assert_eq!(got, want, "max {max} {resume}, cuts {i} {j}, {how:?}");
                 }
             }
         }
         for size in 1..=input.len() {
             let cuts: Vec<usize> = (size..input.len()).step_by(size).collect();
             for how in [Feed::Drained, Feed::Slices, Feed::Late] {
-                let got = feed_all(&mut echo_with(max, true), input, &cuts, how);
-                assert_eq!(got, want, "max {max}, pieces of {size}, {how:?}");
+                let got = feed_all(&mut echo_with(max, true, resume), input, &cuts, how);
+                assert_eq!(got, want, "max {max} {resume}, pieces of {size}, {how:?}");
             }
         }
     }
@@ -273,7 +297,13 @@ fn held_tails_give_the_parsed_output_under_every_split() {
 /// parse, no copy.
 #[test]
 fn a_straddling_event_goes_out_as_two_slices() {
-    let mut r = echo_with(DEFAULT_MAX_EVENT_SIZE, true);
+    for resume in [false, true] {
+        straddling_event_goes_out_as_two_slices(resume);
+    }
+}
+
+fn straddling_event_goes_out_as_two_slices(resume: bool) {
+    let mut r = echo_with(DEFAULT_MAX_EVENT_SIZE, true, resume);
     // The first frame decides the BOM (no fused path before it).
     r.feed(Bytes::from_static(b": start\n\n"));
     assert_eq!(drain(&mut r).concat(), b": start\n\n");

@@ -4,15 +4,30 @@
 //! path ([`ChatHandler::event`]) and the fused one
 //! ([`Handler::fast_events`](crate::rewrite::driver::Handler::fast_events)),
 //! which recognises whole events in an input piece before the SSE parser
-//! sees them.
+//! sees them. An event that straddles two pieces is matched in two steps:
+//! the start (a held tail) along a template as far as it goes
+//! ([`ChatHandler::fused_tail`]), the rest in the next piece from where
+//! that walk stopped ([`ChatHandler::fused_straddle`]).
 //!
 //! Both give the same output as the parser + full scan would (the tests
 //! below and the `chat_split` fuzz target compare the two with the fused
 //! path switched off).
 
 use super::ChatHandler;
-use super::template::{MAX_CONTENTS, TEMPLATES};
+use super::template::{Contents, MAX_CONTENTS, Stop, TEMPLATES};
+use crate::rewrite::driver::Tail;
 use crate::sse::FrameRef;
+
+/// Where the walk of a held tail stopped ([`ChatHandler::fused_tail`]):
+/// the template, the literal segment and byte to go on from in the next
+/// piece, the contents found in the tail.
+#[derive(Clone, Debug, Default)]
+pub(super) struct HeldTail {
+    template: usize,
+    k: usize,
+    lit: usize,
+    contents: Contents,
+}
 
 impl ChatHandler {
     /// Switches the fused path on or off (for the differential tests).
@@ -38,22 +53,43 @@ impl ChatHandler {
         false
     }
 
+    /// The template slot to try first on a held tail: the one that took
+    /// the last straddling event after the last hit's slot. (Kept out of
+    /// the per-event path: learned from straddling events only.)
+    #[inline(always)]
+    fn first_try(&self) -> usize {
+        self.next_hit[self.last_hit % TEMPLATES]
+    }
+
+    /// Template slot `k` took a straddling event.
+    #[inline(always)]
+    fn straddle_hit(&mut self, k: usize) {
+        self.next_hit[self.last_hit % TEMPLATES] = k;
+        self.last_hit = k;
+    }
+
     /// Feeds the content bodies the last template match found in `s`
     /// (`self.found`).
     #[inline(always)]
     fn feed_contents(&mut self, s: &[u8]) {
         for k in 0..self.found.n {
             let (index, start, end) = self.found.at[k];
-            let st = match self.choices.get_mut(index as usize) {
+            self.feed_content(index, s, start, end);
+        }
+    }
+
+    /// Feeds the content body `s[start..end]` to choice `index`'s tracker.
+    #[inline(always)]
+    fn feed_content(&mut self, index: u32, s: &[u8], start: usize, end: usize) {
+        let st = match self.choices.get_mut(index as usize) {
+            Some(st) => st,
+            None => match self.choice(index) {
                 Some(st) => st,
-                None => match self.choice(index) {
-                    Some(st) => st,
-                    None => continue,
-                },
-            };
-            if !st.finished {
-                st.tracker.push_json(&s[start..end]);
-            }
+                None => return,
+            },
+        };
+        if !st.finished {
+            st.tracker.push_json(&s[start..end]);
         }
     }
 
@@ -124,13 +160,91 @@ impl ChatHandler {
     }
 
     /// Whether an event starting with `tail` may be one
-    /// [`fused_events`](Self::fused_events) recognises once complete: a
-    /// framed template is learned and `tail` starts like its `data:` line.
-    #[inline]
-    pub(super) fn fused_tail(&self, tail: &[u8]) -> bool {
-        // (A byte loop: no library call for five bytes.)
-        let data = tail.iter().zip(b"data:").all(|(a, b)| a == b);
-        self.fused && data && self.templates.iter().any(|t| t.framed)
+    /// [`fused_events`](Self::fused_events) recognises once complete:
+    /// [`Tail::Started`] when all of `tail` matches the start of a framed
+    /// template (not on probation; the last one to match first) and stops
+    /// inside a literal segment (remembered in `held`), so
+    /// [`fused_straddle`](Self::fused_straddle) goes on from there;
+    /// [`Tail::Maybe`] when a framed template's walk stops inside a hole
+    /// (or matches, or the template is on probation); [`Tail::No`] when
+    /// every framed template differs.
+    #[inline(never)]
+    pub(super) fn fused_tail(&mut self, tail: &[u8]) -> Tail {
+        // (Five bytes compared as a word and a byte, no library call; a
+        // shorter tail byte by byte.)
+        let data = match tail.first_chunk::<5>() {
+            Some(w) => w == b"data:",
+            None => tail.iter().zip(b"data:").all(|(a, b)| a == b),
+        };
+        if !self.fused || !data {
+            return Tail::No;
+        }
+        let mut kind = Tail::No;
+        let first = self.first_try();
+        for j in 0..TEMPLATES {
+            let i = (first + j) % TEMPLATES;
+            match self.tail_walk(i, tail) {
+                Err(Stop::Mismatch) => {}
+                Err(Stop::Short { k, lit }) => {
+                    (self.held.template, self.held.k, self.held.lit) = (i, k, lit);
+                    return Tail::Started;
+                }
+                _ => kind = Tail::Maybe,
+            }
+        }
+        kind
+    }
+
+    /// Template `i`'s walk of a tail, its contents into `held`: a
+    /// [`Stop::Short`] only for a framed template not on probation (one
+    /// on probation stops [`Stop::InHole`]: its first match refines it).
+    #[inline(always)]
+    fn tail_walk(&mut self, i: usize, tail: &[u8]) -> Result<usize, Stop> {
+        let t = &self.templates[i];
+        if !t.framed {
+            return Err(Stop::Mismatch);
+        }
+        let walked = t.prefix(tail, &mut self.held.contents);
+        if t.on_probation() && matches!(walked, Err(Stop::Short { .. })) {
+            return Err(Stop::InHole);
+        }
+        walked
+    }
+
+    /// The event a [`Tail::Started`] tail starts, completed by `head`:
+    /// the walk goes on where it stopped in the tail (then the other
+    /// templates' walks of the tail and the head), and on a match (the
+    /// blank line's LF before byte `limit` of the event) the contents are
+    /// fed as [`fused_events`](Self::fused_events) would feed them for the
+    /// tail and the head joined. The bytes of `head` taken, or 0.
+    #[inline(never)]
+    pub(super) fn fused_straddle(&mut self, tail: &[u8], head: &[u8], limit: usize) -> usize {
+        let first = self.held.template;
+        for j in 0..TEMPLATES {
+            let i = (first + j) % TEMPLATES;
+            if j > 0 {
+                let Err(Stop::Short { k, lit }) = self.tail_walk(i, tail) else {
+                    continue;
+                };
+                (self.held.k, self.held.lit) = (k, lit);
+            }
+            let h = &mut self.held;
+            let in_tail = h.contents.n;
+            let Some(end) = self.templates[i].resume(head, h.k, h.lit, &mut h.contents) else {
+                continue;
+            };
+            if tail.len() + end > limit {
+                return 0;
+            }
+            self.straddle_hit(i);
+            for n in 0..self.held.contents.n {
+                let (index, start, end) = self.held.contents.at[n];
+                let s = if n < in_tail { tail } else { head };
+                self.feed_content(index, s, start, end);
+            }
+            return end;
+        }
+        0
     }
 }
 

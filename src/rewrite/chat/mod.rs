@@ -57,7 +57,7 @@ use crate::rewrite::additions::{
     Existing, add_top_level, annotations_len, cited_set, event_with_top_level, push_annotations,
     reframe, splice_event,
 };
-use crate::rewrite::driver::{Handler, Out, SseRewriter};
+use crate::rewrite::driver::{Handler, Out, SseRewriter, Tail};
 use crate::rewrite::{MAX_CHOICES, RewriteOptions};
 use crate::sources::{Sources, decimal};
 use crate::sse::{self, Event, Frame, FrameKind, FrameRef, Parser};
@@ -153,8 +153,14 @@ pub struct ChatHandler {
     next_template: usize,
     /// The content bodies of the last template match.
     found: Contents,
-    /// The template slot that matched last (tried first).
+    /// The template slot that matched last.
     last_hit: usize,
+    /// For each template slot, the slot that took the last straddling
+    /// event after it (tried first on a held tail: `n` > 1 choices take
+    /// turns).
+    next_hit: [usize; TEMPLATES],
+    /// Where the walk of a held tail stopped.
+    held: fused::HeldTail,
     /// Whether whole events are recognised in the input pieces
     /// ([`Handler::fast_events`]); off only to test that path against the
     /// parser's.
@@ -188,6 +194,8 @@ impl ChatStream {
                 next_template: 0,
                 found: Contents::default(),
                 last_hit: 0,
+                next_hit: [0, 1, 2, 3],
+                held: fused::HeldTail::default(),
                 fused: true,
             },
         )
@@ -226,8 +234,13 @@ impl Handler for ChatHandler {
     }
 
     #[inline]
-    fn fast_tail(&self, tail: &[u8]) -> bool {
+    fn fast_tail(&mut self, tail: &[u8]) -> Tail {
         self.fused_tail(tail)
+    }
+
+    #[inline]
+    fn fast_straddle(&mut self, tail: &[u8], head: &[u8], limit: usize) -> usize {
+        self.fused_straddle(tail, head, limit)
     }
 
     fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {

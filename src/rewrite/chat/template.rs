@@ -47,10 +47,49 @@ pub(crate) struct Contents {
 }
 
 impl Contents {
+    /// Records the body of a content hole (`r` is the token, with quotes).
+    #[inline(always)]
+    fn record(&mut self, h: Hole, r: Range<usize>) {
+        if let Hole::Content(i) = h {
+            if let Some(slot) = self.at.get_mut(self.n) {
+                *slot = (i, r.start + 1, r.end - 1);
+                self.n += 1;
+            }
+        }
+    }
+
     /// Each content hole: the choice index and the raw body's range.
     #[cfg(any(test, fuzzing))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, Range<usize>)> + '_ {
         self.at[..self.n].iter().map(|&(i, s, e)| (i, s..e))
+    }
+}
+
+/// Why a walk stopped short of a match (see
+/// [`ChunkTemplate::prefix`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The input differs from the template.
+    Mismatch,
+    /// The input ran out inside hole token (or a number that may go on).
+    InHole,
+    /// The input ran out inside literal segment `k`, matching it up to the
+    /// literal's byte `lit`: the walk goes on from there
+    /// ([`ChunkTemplate::resume`]).
+    Short { k: usize, lit: usize },
+}
+
+/// Where a walk that ran out of input (`rest`, shorter than `seg`, the
+/// literal's bytes from `lit`, segment `k`) stopped.
+#[cold]
+fn short(rest: &[u8], seg: &[u8], k: usize, lit: usize) -> Stop {
+    if seg.starts_with(rest) {
+        Stop::Short {
+            k,
+            lit: lit + rest.len(),
+        }
+    } else {
+        Stop::Mismatch
     }
 }
 
@@ -182,28 +221,53 @@ impl ChunkTemplate {
     /// literal segments and hole tokens match up to `end`; `hole` sees each
     /// hole's kind and token range.
     #[inline(always)]
-    fn walk(&self, s: &[u8], mut hole: impl FnMut(Hole, Range<usize>)) -> Option<usize> {
+    fn walk(&self, s: &[u8], hole: impl FnMut(Hole, Range<usize>)) -> Option<usize> {
+        self.walk_from::<false>(s, 0, 0, hole).ok()
+    }
+
+    /// The walk of `s` from segment `first` at the literal's byte `lit`
+    /// (the rest of that segment first, then hole `first`, and so on):
+    /// `Ok(end)` when the rest of the template matches up to `end`. With
+    /// `PREFIX`, running out of input is told apart from a mismatch
+    /// ([`Stop`]); without, every stop is a [`Stop::Mismatch`].
+    #[inline(always)]
+    fn walk_from<const PREFIX: bool>(
+        &self,
+        s: &[u8],
+        first: usize,
+        mut lit: usize,
+        mut hole: impl FnMut(Hole, Range<usize>),
+    ) -> Result<usize, Stop> {
+        use Stop::Mismatch;
         let mut pos = 0;
-        let mut lit = 0;
+        let holes = self.holes.get(first..self.n).ok_or(Mismatch)?;
         // Segment k, then hole k; the last segment runs to the end.
-        for &(end, h) in self.holes.get(..self.n)? {
+        for (k, &(end, h)) in holes.iter().enumerate() {
             let end = usize::from(end);
-            let seg = self.literal.get(lit..end)?;
-            if !same(s.get(pos..pos + seg.len())?, seg) {
-                return None;
+            let seg = self.literal.get(lit..end).ok_or(Mismatch)?;
+            match s.get(pos..pos + seg.len()) {
+                Some(got) if same(got, seg) => {}
+                None if PREFIX => return Err(short(&s[pos..], seg, first + k, lit)),
+                _ => return Err(Mismatch),
             }
             pos += seg.len();
             lit = end;
             let start = pos;
-            pos = if h == Hole::Num {
-                number_end(s, pos)?
+            let token = if h == Hole::Num {
+                // (A number up to the end of `s` may go on.)
+                number_end(s, pos).filter(|&e| !PREFIX || e < s.len())
             } else {
-                json::scan_string(s, pos).ok()?.0
+                json::scan_string(s, pos).ok().map(|t| t.0)
             };
+            pos = token.ok_or(if PREFIX { Stop::InHole } else { Mismatch })?;
             hole(h, start..pos);
         }
-        let seg = self.literal.get(lit..)?;
-        same(s.get(pos..pos + seg.len())?, seg).then_some(pos + seg.len())
+        let seg = self.literal.get(lit..).ok_or(Mismatch)?;
+        match s.get(pos..pos + seg.len()) {
+            Some(got) if same(got, seg) => Ok(pos + seg.len()),
+            None if PREFIX => Err(short(&s[pos..], seg, first + holes.len(), lit)),
+            _ => Err(Mismatch),
+        }
     }
 
     /// Matches the whole of `s` (the chunk's data, or the raw event for a
@@ -257,9 +321,10 @@ impl ChunkTemplate {
     fn walk_numbers(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         if self.nums_one {
             let mut unsure = false;
-            let end = self.walk_nums_one(s, c, &mut unsure);
-            if end.is_some() || !unsure {
-                return end;
+            match self.walk_nums_one(s, c, &mut unsure) {
+                Ok(end) => return Some(end),
+                Err(_) if !unsure => return None,
+                Err(_) => {}
             }
         }
         self.walk_any(s, c)
@@ -268,71 +333,104 @@ impl ChunkTemplate {
     /// The walk of a template whose holes are numbers, then one content
     /// hole: no hole dispatch, a number is one to seven plain digits (no
     /// leading zero) read in one word.
-    /// Its answer is the general walk's, but `None` with `unsure` set: any
-    /// other number (a sign, a fraction, an exponent) is left to the
+    /// Its answer is the general walk's (every stop a [`Stop::Mismatch`]:
+    /// a `Result`, which LLVM lays out better here than an `Option`), but a
+    /// stop with `unsure` set: any other number (a sign, a fraction, an
+    /// exponent), or one within a word of the input's end, is left to the
     /// general walk. (A match is the general walk's: the segment after a
-    /// number starts with a byte that ends the number token, `nums_one`;
-    /// a mismatch is, unless a `.`, `e` or `E` could continue the number.)
+    /// number starts with a byte that ends the number token, `nums_one`; a
+    /// mismatch is, unless a `.`, `e` or `E` could continue the number.)
     #[inline(always)]
-    fn walk_nums_one(&self, s: &[u8], c: &mut Contents, unsure: &mut bool) -> Option<usize> {
-        let (&(head, Hole::Content(i)), nums) = self.holes.get(..self.n)?.split_last()? else {
-            return None;
+    fn walk_nums_one(&self, s: &[u8], c: &mut Contents, unsure: &mut bool) -> Result<usize, Stop> {
+        use Stop::Mismatch;
+        let holes = self.holes.get(..self.n).ok_or(Mismatch)?;
+        let Some((&(head, Hole::Content(i)), nums)) = holes.split_last() else {
+            return Err(Mismatch);
         };
-        let lit = self.literal.as_slice();
-        let (mut at, mut pos) = (0, 0);
+        // (The literal and the input as shrinking slices: no index
+        // arithmetic per hole.)
+        let (mut lit, mut rest, mut at) = (self.literal.as_slice(), s, 0);
         for &(end, _) in nums {
             let end = usize::from(end);
-            let seg = lit.get(at..end)?;
-            let (got, rest) = s.get(pos..)?.split_at_checked(seg.len())?;
+            let len = end.checked_sub(at).ok_or(Mismatch)?;
+            let (seg, lit_after) = lit.split_at_checked(len).ok_or(Mismatch)?;
+            let (got, r) = rest.split_at_checked(seg.len()).ok_or(Mismatch)?;
             if !same(got, seg) {
-                *unsure = matches!(s.get(pos), Some(b'.' | b'e' | b'E'));
-                return None;
+                *unsure = matches!(rest.first(), Some(b'.' | b'e' | b'E'));
+                return Err(Mismatch);
             }
             // One word: 1 to 7 digits, no leading zero.
-            let Some(w) = rest.get(..8).and_then(|w| w.try_into().ok()) else {
+            let Some(w) = r.first_chunk::<8>() else {
                 *unsure = true;
-                return None;
+                return Err(Mismatch);
             };
-            let w = u64::from_le_bytes(w);
+            let w = u64::from_le_bytes(*w);
             let d = json::leading_digits(w);
             if d.wrapping_sub(1) >= 7 || (w as u8 == b'0' && d > 1) {
                 *unsure = true;
-                return None;
+                return Err(Mismatch);
             }
-            pos += seg.len() + d;
-            at = end;
+            rest = r.get(d..).ok_or(Mismatch)?;
+            (lit, at) = (lit_after, end);
         }
-        let (seg, tail) = lit
-            .get(at..)?
-            .split_at_checked(usize::from(head).checked_sub(at)?)?;
-        let (got, r) = s.get(pos..)?.split_at_checked(seg.len())?;
+        let len = usize::from(head).checked_sub(at).ok_or(Mismatch)?;
+        let (seg, tail) = lit.split_at_checked(len).ok_or(Mismatch)?;
+        let pos = s.len() - rest.len();
+        let (got, r) = rest.split_at_checked(seg.len()).ok_or(Mismatch)?;
         if !same(got, seg) {
-            *unsure = matches!(s.get(pos), Some(b'.' | b'e' | b'E'));
-            return None;
+            *unsure = matches!(rest.first(), Some(b'.' | b'e' | b'E'));
+            return Err(Mismatch);
         }
-        let len = json::scan_string(r, 0).ok()?.0;
-        let got = r.get(len..)?.get(..tail.len())?;
-        if !same(got, tail) {
-            return None;
-        }
+        let (len, _) = json::scan_string(r, 0).map_err(|_| Mismatch)?;
         let start = pos + seg.len();
         c.at[0] = (i, start + 1, start + len - 1);
         c.n = 1;
-        Some(start + len + tail.len())
+        match r.get(len..).and_then(|r| r.get(..tail.len())) {
+            Some(got) if same(got, tail) => Ok(start + len + tail.len()),
+            _ => Err(Mismatch),
+        }
     }
 
     /// The general walk (any holes), recording the content bodies.
     #[inline(always)]
     fn walk_any(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         c.n = 0;
-        self.walk(s, |h, r| {
-            if let Hole::Content(i) = h {
-                if let Some(slot) = c.at.get_mut(c.n) {
-                    *slot = (i, r.start + 1, r.end - 1);
-                    c.n += 1;
-                }
-            }
-        })
+        self.walk(s, |h, r| c.record(h, r))
+    }
+
+    /// Walks `s`, the start of an event (a held tail), as far as it goes:
+    /// [`Stop::Short`] when all of it matches the template's start and the
+    /// input ran out inside a literal segment (its contents so far in
+    /// `c`), so the next piece can go on with [`resume`](Self::resume). A
+    /// framed template's literal text is one line and a blank line, its
+    /// holes strings and numbers: such an `s` has no CR and no LF but
+    /// maybe the last byte. `Ok` is a whole match.
+    #[inline(always)]
+    pub(crate) fn prefix(&self, s: &[u8], c: &mut Contents) -> Result<usize, Stop> {
+        c.n = 0;
+        if !self.valid {
+            return Err(Stop::Mismatch);
+        }
+        self.walk_from::<true>(s, 0, 0, |h, r| c.record(h, r))
+    }
+
+    /// Goes on with a walk [`prefix`](Self::prefix) stopped short at
+    /// segment `k`, byte `lit` of the literal: the end of the match in
+    /// `s` (the next piece), its contents added to `c` (ranges in `s`).
+    /// The same answer as the walk of the tail and `s` joined.
+    #[inline(always)]
+    pub(crate) fn resume(&self, s: &[u8], k: usize, lit: usize, c: &mut Contents) -> Option<usize> {
+        if !self.valid {
+            return None;
+        }
+        self.walk_from::<false>(s, k, lit, |h, r| c.record(h, r))
+            .ok()
+    }
+
+    /// Whether the template is on probation (its first match refines it).
+    #[inline]
+    pub(crate) fn on_probation(&self) -> bool {
+        self.probation
     }
 
     /// Whether the walk with its shortcuts ([`walk_one`](Self::walk_one))
@@ -349,14 +447,54 @@ impl ChunkTemplate {
         };
         let (mut c3, mut unsure) = (Contents::default(), false);
         let nums_agree = !(self.valid && self.nums_one) || {
-            let nums = self.walk_nums_one(s, &mut c3, &mut unsure);
+            let nums = self.walk_nums_one(s, &mut c3, &mut unsure).ok();
             if unsure {
                 nums.is_none()
             } else {
                 nums == general && (nums.is_none() || c3.iter().eq(c2.iter()))
             }
         };
-        nums_agree && one == general && (one.is_none() || c1.iter().eq(c2.iter()))
+        nums_agree
+            && one == general
+            && (one.is_none() || c1.iter().eq(c2.iter()))
+            && self.splits_agree(s)
+    }
+
+    /// Whether, for `s` cut at every byte, the walk of the start
+    /// ([`prefix`](Self::prefix)) and its resumption in the rest
+    /// ([`resume`](Self::resume)) agree with the general walk of the
+    /// whole: a [`Stop::Short`] start is one line (no CR, no LF but maybe
+    /// its last byte, for a framed template) and resumes to the same end
+    /// and contents; a [`Stop::Mismatch`] start is no match of the whole.
+    #[cfg(any(test, fuzzing))]
+    fn splits_agree(&self, s: &[u8]) -> bool {
+        let mut whole = Contents::default();
+        let want = if self.valid {
+            self.walk_any(s, &mut whole)
+        } else {
+            None
+        };
+        (0..=s.len()).all(|i| {
+            let (head, rest) = s.split_at(i);
+            let mut c = Contents::default();
+            match self.prefix(head, &mut c) {
+                Err(Stop::Short { k, lit }) => {
+                    let line = head.strip_suffix(b"\n").unwrap_or(head);
+                    let in_head = c.n;
+                    let end = self.resume(rest, k, lit, &mut c);
+                    let shifted = c.iter().enumerate().map(|(n, (index, r))| {
+                        let at = if n < in_head { 0 } else { i };
+                        (index, r.start + at..r.end + at)
+                    });
+                    (!self.framed || !line.iter().any(|&b| b == b'\n' || b == b'\r'))
+                        && end.map(|e| e + i) == want
+                        && (want.is_none() || shifted.eq(whole.iter()))
+                }
+                Err(Stop::Mismatch) => want.is_none(),
+                Err(Stop::InHole) => true,
+                Ok(end) => Some(end) == want,
+            }
+        })
     }
 
     /// [`walk_contents`](Self::walk_contents) for the most common template,

@@ -226,17 +226,17 @@ fn walk_nums_one_equals_the_general_walk() {
             .replace("Hi", r#"a \"[1]\" \u00e9"#);
         let (mut c, mut unsure) = (Contents::default(), false);
         let end = t.walk_nums_one(base.as_bytes(), &mut c, &mut unsure);
-        assert_eq!(end, Some(base.len()));
+        assert_eq!(end, Ok(base.len()));
         assert_walks_agree(&t, &base);
         let zero = s.replace(":7,", ":0,");
         assert!(
             t.walk_nums_one(zero.as_bytes(), &mut c, &mut unsure)
-                .is_some()
+                .is_ok()
         );
         for other in [":07,", ":-7,", ":7.5,", ":7e1,", ":12345678,"] {
             let m = s.replace(":7,", other);
             let end = t.walk_nums_one(m.as_bytes(), &mut c, &mut unsure);
-            assert!(end.is_none() && unsure, "{other}");
+            assert!(end.is_err() && unsure, "{other}");
             assert_eq!(
                 t.walk_contents(m.as_bytes(), &mut c).is_some(),
                 other != ":07,",
@@ -257,4 +257,48 @@ fn short_segments_compare_like_slices() {
             assert!(!same(&a[..n], &b), "{n} {flip}");
         }
     }
+}
+
+/// A framed template's walk of an event cut anywhere: the start stops
+/// short inside a literal segment (then the walk goes on in the rest to
+/// the same end and contents, `splits_agree`) or inside a hole, never a
+/// mismatch; a start that differs from the template is a mismatch.
+#[test]
+fn walks_of_a_cut_event_go_on_where_they_stopped() {
+    let d = r#"{"id":"p","usage":{"completion_tokens":7,"total_tokens":17},"choices":[{"index":0,"delta":{"content":"Hi"}}],"x":"y"}"#;
+    let ev = format!("data: {d}\n\n");
+    let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
+    assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    let mut t = ChunkTemplate::default();
+    let contents = cs.iter().map(|c| (0, c.content.clone().unwrap()));
+    t.learn(ev.as_bytes(), 6, true, contents, &holes);
+    let next = ev
+        .replace(":7,", ":8,")
+        .replace(":17}", ":18}")
+        .replace(r#""y""#, r#""w""#);
+    assert!(t.matches(next.as_bytes(), &mut Contents::default()));
+    assert_eq!(
+        t.kinds(),
+        [Hole::Num, Hole::Num, Hole::Content(0), Hole::Str]
+    );
+    let base = ev
+        .replace(":7,", ":1234,")
+        .replace("Hi", r#"a \"[1]\" \u00e9"#)
+        .replace(r#""y""#, r#""z\"z""#);
+    let (mut short, mut in_hole) = (0, 0);
+    for i in 0..base.len() {
+        match t.prefix(&base.as_bytes()[..i], &mut Contents::default()) {
+            Err(Stop::Short { .. }) => short += 1,
+            Err(Stop::InHole) => in_hole += 1,
+            other => panic!("cut at {i}: {other:?}"),
+        }
+    }
+    assert!(
+        short > base.len() * 3 / 4 && in_hole > 10,
+        "{short} {in_hole}"
+    );
+    assert_walks_agree(&t, &base);
+    let other = base.replace(r#""id":"p""#, r#""id":"q""#);
+    let cut = &other.as_bytes()[..20];
+    assert_eq!(t.prefix(cut, &mut Contents::default()), Err(Stop::Mismatch));
 }
