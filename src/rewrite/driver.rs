@@ -218,6 +218,16 @@ impl Out {
         self.queue.push_back(b);
     }
 
+    /// [`push`](Self::push) inlined for a caller that mostly finds no
+    /// run open (the driver, after a drain).
+    #[inline(always)]
+    fn push_own(&mut self, b: Bytes) {
+        if self.run.is_some() {
+            self.flush_run();
+        }
+        self.queue.push_back(b);
+    }
+
     /// Nothing queued and no run open.
     #[inline]
     fn is_empty(&self) -> bool {
@@ -510,15 +520,13 @@ impl<H: Handler> SseRewriter<H> {
                 end = joined_event(&mut self.h, &mut self.joined, tail, &chunk, max);
             }
             if end > 0 {
-                // (Moved out of the parser, not cloned.)
-                let tail = self.parser.skip_rest();
+                // (The tail moved out of the parser, not cloned.)
+                let (tail, piece) = self.parser.replace_rest(chunk, end);
                 let out = self.h.out();
                 // As dispatching the event would.
                 out.swallow_line_end = false;
-                out.push(tail);
-                out.pass_span(&chunk, 0, end);
-                self.parser.queue_piece(chunk);
-                self.parser.skip(end);
+                out.push_own(tail);
+                out.pass_span(piece, 0, end);
                 self.hold_rests = true;
                 #[cfg(test)]
                 {
