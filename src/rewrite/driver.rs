@@ -19,7 +19,7 @@
 //!  feed(piece) ──► Parser ──FrameRef──► Handler::handle ──► Out ──► next_output()
 //!       │  clean block start: Parser::clean_rest        ▲
 //!       ├──► Handler::fast_events ── whole events ──────┤ (Parser::skip)
-//!       └──► held tail + head of the next piece ────────┘ (Parser::skip_rest, skip)
+//!       └──► held tail + head of the next piece ────────┘ (Parser::replace_rest)
 //!  finish()    ──► remaining frames, Handler::end, unterminated tail ──► Out
 //! ```
 //!
@@ -48,8 +48,10 @@
 //! the tail into a reused buffer, only for matching, and
 //! [`Handler::fast_events`] must take the whole of it. Either way a taken
 //! event goes out as two slices (the tail, moved out of the parser, and
-//! the head, the start of a run of the new piece) and the parser skips
-//! both, standing where dispatching the event would leave it. Otherwise
+//! the head, the start of a run of the new piece) and the new piece takes
+//! the tail's place in the parser with the head skipped (one step,
+//! `Parser::replace_rest`), standing where dispatching the event would
+//! leave it. Otherwise
 //! (no event end in the head, a miss, over a limit) the piece is queued
 //! after the tail and the parser goes on as if nothing had been held; at
 //! `finish` a held tail is the parser's as well. Memory: one tail (a slice
