@@ -462,19 +462,15 @@ impl<H: Handler> SseRewriter<H> {
             return false;
         };
         let tail = &piece[at..];
-        let line = tail.strip_suffix(b"\n").unwrap_or(tail);
-        // (Its last byte first: a rest that ends in whole blocks, as a
-        // large read often does, is found out at once.)
-        let kind =
-            if tail.len() <= max.min(MAX_STRADDLE) && !matches!(line.last(), Some(b'\n' | b'\r')) {
-                self.h.fast_tail(tail)
-            } else {
-                Tail::No
-            };
+        let kind = if holdable(tail, max) {
+            self.h.fast_tail(tail)
+        } else {
+            Tail::No
+        };
         self.started = kind == Tail::Started;
         self.held = match kind {
             Tail::No => false,
-            Tail::Maybe => one_line(line),
+            Tail::Maybe => one_line(tail.strip_suffix(b"\n").unwrap_or(tail)),
             Tail::Started => true,
         };
         self.held
@@ -486,13 +482,21 @@ impl<H: Handler> SseRewriter<H> {
     #[cold]
     #[inline(never)]
     fn hold_unfused(&mut self, max: usize) -> bool {
-        if !self.hold_rests {
-            match self.parser.clean_rest() {
-                Some((piece, at)) if piece.len() - at <= SHORT_REST => {}
-                _ => return false,
+        // (A rest that cannot be held, as most are here (whole blocks), is
+        // found out before `hold`, whose prologue is that of the
+        // handler's inlined walk.)
+        let may = match self.parser.clean_rest() {
+            Some((piece, at)) if self.hold_rests || piece.len() - at <= SHORT_REST => {
+                holdable(&piece[at..], max)
             }
+            _ if !self.hold_rests => return false,
+            _ => false,
+        };
+        let held = may && self.hold(max);
+        if !may {
+            // What `hold` would leave.
+            (self.started, self.held) = (false, false);
         }
-        let held = self.hold(max);
         self.hold_rests = held;
         held
     }
@@ -604,6 +608,16 @@ fn joined_event<H: Handler>(
     } else {
         0
     }
+}
+
+/// Whether `tail` (a rest at a block start) may be held: at most the
+/// event size limit and [`MAX_STRADDLE`] bytes, not ending in a blank line
+/// or a CR. (Its last bytes: a rest that ends in whole blocks, as a large
+/// read often does, is found out at once.)
+#[inline]
+fn holdable(tail: &[u8], max: usize) -> bool {
+    let line = tail.strip_suffix(b"\n").unwrap_or(tail);
+    tail.len() <= max.min(MAX_STRADDLE) && !matches!(line.last(), Some(b'\n' | b'\r'))
 }
 
 /// Whether `line` holds no CR or LF.
