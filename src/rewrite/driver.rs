@@ -589,7 +589,8 @@ impl<H: Handler> SseRewriter<H> {
 /// The bytes of `head` that the event started by `tail` takes when the
 /// handler's fused path recognises the whole of it, matched in `joined` (a
 /// copy made only for matching); 0 otherwise.
-#[inline]
+// (Out of line: the rarer way, apart from `fast_straddle`'s registers.)
+#[inline(never)]
 fn joined_event<H: Handler>(
     h: &mut H,
     joined: &mut Vec<u8>,
@@ -601,6 +602,8 @@ fn joined_event<H: Handler>(
         return 0;
     };
     joined.clear();
+    // (Sized once: one allocation for a stream's first joined event.)
+    joined.reserve(tail.len() + end);
     joined.extend_from_slice(tail);
     joined.extend_from_slice(&head[..end]);
     if h.fast_events(joined, max) == joined.len() {
