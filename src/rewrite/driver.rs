@@ -19,7 +19,7 @@
 //!  feed(piece) ──► Parser ──FrameRef──► Handler::handle ──► Out ──► next_output()
 //!       │  clean block start: Parser::clean_rest        ▲
 //!       ├──► Handler::fast_events ── whole events ──────┤ (Parser::skip)
-//!       └──► held tail + head of the next piece ────────┘ (Parser::skip_rest, skip)
+//!       └──► held tail + head of the next piece ────────┘ (Parser::replace_rest)
 //!  finish()    ──► remaining frames, Handler::end, unterminated tail ──► Out
 //! ```
 //!
@@ -48,8 +48,10 @@
 //! the tail into a reused buffer, only for matching, and
 //! [`Handler::fast_events`] must take the whole of it. Either way a taken
 //! event goes out as two slices (the tail, moved out of the parser, and
-//! the head, the start of a run of the new piece) and the parser skips
-//! both, standing where dispatching the event would leave it. Otherwise
+//! the head, the start of a run of the new piece) and the new piece takes
+//! the tail's place in the parser with the head skipped (one step,
+//! `Parser::replace_rest`), standing where dispatching the event would
+//! leave it. Otherwise
 //! (no event end in the head, a miss, over a limit) the piece is queued
 //! after the tail and the parser goes on as if nothing had been held; at
 //! `finish` a held tail is the parser's as well. Memory: one tail (a slice
@@ -215,6 +217,16 @@ impl Out {
     /// Queues bytes of our own (after the current run).
     pub(crate) fn push(&mut self, b: Bytes) {
         self.flush_run();
+        self.queue.push_back(b);
+    }
+
+    /// [`push`](Self::push) inlined for a caller that mostly finds no
+    /// run open (the driver, after a drain).
+    #[inline(always)]
+    fn push_own(&mut self, b: Bytes) {
+        if self.run.is_some() {
+            self.flush_run();
+        }
         self.queue.push_back(b);
     }
 
@@ -450,19 +462,15 @@ impl<H: Handler> SseRewriter<H> {
             return false;
         };
         let tail = &piece[at..];
-        let line = tail.strip_suffix(b"\n").unwrap_or(tail);
-        // (Its last byte first: a rest that ends in whole blocks, as a
-        // large read often does, is found out at once.)
-        let kind =
-            if tail.len() <= max.min(MAX_STRADDLE) && !matches!(line.last(), Some(b'\n' | b'\r')) {
-                self.h.fast_tail(tail)
-            } else {
-                Tail::No
-            };
+        let kind = if holdable(tail, max) {
+            self.h.fast_tail(tail)
+        } else {
+            Tail::No
+        };
         self.started = kind == Tail::Started;
         self.held = match kind {
             Tail::No => false,
-            Tail::Maybe => one_line(line),
+            Tail::Maybe => one_line(tail.strip_suffix(b"\n").unwrap_or(tail)),
             Tail::Started => true,
         };
         self.held
@@ -474,13 +482,21 @@ impl<H: Handler> SseRewriter<H> {
     #[cold]
     #[inline(never)]
     fn hold_unfused(&mut self, max: usize) -> bool {
-        if !self.hold_rests {
-            match self.parser.clean_rest() {
-                Some((piece, at)) if piece.len() - at <= SHORT_REST => {}
-                _ => return false,
+        // (A rest that cannot be held, as most are here (whole blocks), is
+        // found out before `hold`, whose prologue is that of the
+        // handler's inlined walk.)
+        let may = match self.parser.clean_rest() {
+            Some((piece, at)) if self.hold_rests || piece.len() - at <= SHORT_REST => {
+                holdable(&piece[at..], max)
             }
+            _ if !self.hold_rests => return false,
+            _ => false,
+        };
+        let held = may && self.hold(max);
+        if !may {
+            // What `hold` would leave.
+            (self.started, self.held) = (false, false);
         }
-        let held = self.hold(max);
         self.hold_rests = held;
         held
     }
@@ -510,15 +526,13 @@ impl<H: Handler> SseRewriter<H> {
                 end = joined_event(&mut self.h, &mut self.joined, tail, &chunk, max);
             }
             if end > 0 {
-                // (Moved out of the parser, not cloned.)
-                let tail = self.parser.skip_rest();
+                // (The tail moved out of the parser, not cloned.)
+                let (tail, piece) = self.parser.replace_rest(chunk, end);
                 let out = self.h.out();
                 // As dispatching the event would.
                 out.swallow_line_end = false;
-                out.push(tail);
-                out.pass_span(&chunk, 0, end);
-                self.parser.queue_piece(chunk);
-                self.parser.skip(end);
+                out.push_own(tail);
+                out.pass_span(piece, 0, end);
                 self.hold_rests = true;
                 #[cfg(test)]
                 {
@@ -575,7 +589,8 @@ impl<H: Handler> SseRewriter<H> {
 /// The bytes of `head` that the event started by `tail` takes when the
 /// handler's fused path recognises the whole of it, matched in `joined` (a
 /// copy made only for matching); 0 otherwise.
-#[inline]
+// (Out of line: the rarer way, apart from `fast_straddle`'s registers.)
+#[inline(never)]
 fn joined_event<H: Handler>(
     h: &mut H,
     joined: &mut Vec<u8>,
@@ -587,6 +602,8 @@ fn joined_event<H: Handler>(
         return 0;
     };
     joined.clear();
+    // (Sized once: one allocation for a stream's first joined event.)
+    joined.reserve(tail.len() + end);
     joined.extend_from_slice(tail);
     joined.extend_from_slice(&head[..end]);
     if h.fast_events(joined, max) == joined.len() {
@@ -594,6 +611,16 @@ fn joined_event<H: Handler>(
     } else {
         0
     }
+}
+
+/// Whether `tail` (a rest at a block start) may be held: at most the
+/// event size limit and [`MAX_STRADDLE`] bytes, not ending in a blank line
+/// or a CR. (Its last bytes: a rest that ends in whole blocks, as a large
+/// read often does, is found out at once.)
+#[inline]
+fn holdable(tail: &[u8], max: usize) -> bool {
+    let line = tail.strip_suffix(b"\n").unwrap_or(tail);
+    tail.len() <= max.min(MAX_STRADDLE) && !matches!(line.last(), Some(b'\n' | b'\r'))
 }
 
 /// Whether `line` holds no CR or LF.

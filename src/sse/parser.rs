@@ -375,6 +375,31 @@ impl Parser {
         rest
     }
 
+    /// The next piece after a held rest: the rest of the current piece
+    /// ([`clean_rest`](Self::clean_rest) showed it, nothing is queued) and
+    /// the first `n` bytes of `chunk` are one block the parser would
+    /// dispatch as an event (as [`skip`](Self::skip) requires of it);
+    /// `chunk` becomes the current piece with those `n` bytes skipped.
+    /// Returns the rest (as [`skip_rest`](Self::skip_rest) would) and the
+    /// new current piece. One step for `skip_rest`, `queue_piece` and
+    /// `skip`: no empty piece put in and dropped, no queue.
+    #[inline]
+    pub(crate) fn replace_rest(&mut self, chunk: Bytes, n: usize) -> (Bytes, &Bytes) {
+        let st = &mut self.st;
+        debug_assert!(st.pos < self.cur.len() && st.pos == st.start);
+        debug_assert!(st.queue.is_empty() && n <= chunk.len());
+        let at = st.pos;
+        // (A piece used up here stays until the next scan or piece lets
+        // it go: `queue_piece` and `clean_rest` do.)
+        st.pos = n;
+        st.start = n;
+        let mut rest = std::mem::replace(&mut self.cur, chunk);
+        if at > 0 {
+            rest.advance(at);
+        }
+        (rest, &self.cur)
+    }
+
     /// Whether pieces are queued after the current one.
     #[inline]
     pub(crate) fn has_queued(&self) -> bool {

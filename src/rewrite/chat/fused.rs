@@ -167,8 +167,9 @@ impl ChatHandler {
     /// [`fused_straddle`](Self::fused_straddle) goes on from there;
     /// [`Tail::Maybe`] when a framed template's walk stops inside a hole
     /// (or matches, or the template is on probation); [`Tail::No`] when
-    /// every framed template differs.
-    #[inline(never)]
+    /// every framed template differs. (Inlined into the driver's
+    /// out-of-line `hold`, its one caller: no call boundary per held tail.)
+    #[inline(always)]
     pub(super) fn fused_tail(&mut self, tail: &[u8]) -> Tail {
         // (Five bytes compared as a word and a byte, no library call; a
         // shorter tail byte by byte.)
@@ -217,7 +218,8 @@ impl ChatHandler {
     /// blank line's LF before byte `limit` of the event) the contents are
     /// fed as [`fused_events`](Self::fused_events) would feed them for the
     /// tail and the head joined. The bytes of `head` taken, or 0.
-    #[inline(never)]
+    /// (Inlined into the driver's out-of-line `straddle`, as `fused_tail`.)
+    #[inline(always)]
     pub(super) fn fused_straddle(&mut self, tail: &[u8], head: &[u8], limit: usize) -> usize {
         let first = self.held.template;
         for j in 0..TEMPLATES {
