@@ -11,26 +11,31 @@ use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
 use super::state::{Found, State};
 
-/// An event found by [`State::quick`], lying whole in the current piece.
+/// An event found by [`State::quick`], lying whole in the current piece
+/// `cur`: its bytes are lent as found (slices of `cur` the search already
+/// bounds, so handing them out checks no index again).
 #[derive(Clone, Debug)]
-pub(super) struct Quick {
-    /// The event's raw bytes: `cur[start..][..len]`.
+pub(super) struct Quick<'c> {
+    /// Where the event starts in `cur`.
     pub(super) start: usize,
-    pub(super) len: usize,
+    /// The event's raw bytes, `cur[start..][..raw.len()]`.
+    pub(super) raw: &'c [u8],
+    /// The data, `raw[data_range]`.
+    pub(super) data: &'c [u8],
     /// The data's range in the raw bytes.
-    pub(super) data: Range<usize>,
+    pub(super) data_range: Range<usize>,
     /// The `event` line's value's range in the raw bytes.
     pub(super) event: Option<Range<usize>>,
 }
 
-impl Quick {
+impl Quick<'_> {
     /// The same event as a [`Found`].
     #[inline]
     pub(super) fn found(self) -> Found {
         Found {
             kind: FrameKind::Event,
-            raw: Loc::Cur(self.start, self.start + self.len),
-            data: Some(self.data),
+            raw: Loc::Cur(self.start, self.start + self.raw.len()),
+            data: Some(self.data_range),
             event: self.event,
             id: None,
             retry: None,
@@ -72,14 +77,29 @@ impl State {
     /// would have processed them (so no byte is scanned twice) and `None`
     /// is returned: the general loop goes on from there.
     #[inline(always)]
-    pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
-        // (`line_start` is 0 whenever this holds: any line consumed moves
-        // `pos` past `start` or into `partial`.)
-        if self.pos != self.start || self.unclean() {
+    pub(super) fn quick<'c>(&mut self, chunk: &'c [u8]) -> Option<Quick<'c>> {
+        if self.quick_closed() {
             return None;
         }
+        self.quick_open(chunk)
+    }
+
+    /// Whether [`quick`](Self::quick) is closed: not at a block start with
+    /// nothing held or pending.
+    #[inline(always)]
+    pub(super) fn quick_closed(&self) -> bool {
+        // (`line_start` is 0 whenever this fails: any line consumed moves
+        // `pos` past `start` or into `partial`.)
+        self.pos != self.start || self.unclean()
+    }
+
+    /// [`quick`](Self::quick) once [`quick_closed`](Self::quick_closed)
+    /// said no.
+    #[inline(always)]
+    pub(super) fn quick_open<'c>(&mut self, chunk: &'c [u8]) -> Option<Quick<'c>> {
         // (The last gathered frame, if any, is let go of by the next call
         // into the general path, before anything is gathered again.)
+        debug_assert!(!self.quick_closed());
         debug_assert_eq!(self.line_start, 0);
         let rest = chunk.get(self.pos..)?;
         // (Separate calls with the offsets constant: they fold, and the
@@ -122,14 +142,14 @@ impl State {
     /// `v`, after the block's `event` line (`event`, its value's range) if
     /// any.
     #[inline(always)]
-    fn quick_data(
+    fn quick_data<'c>(
         &mut self,
         chunk: &[u8],
-        rest: &[u8],
+        rest: &'c [u8],
         at: usize,
         v: usize,
         event: Option<Range<usize>>,
-    ) -> Option<Quick> {
+    ) -> Option<Quick<'c>> {
         let start = self.pos;
         let line = &rest[v..];
         let Some(i) = find_line_end(line) else {
@@ -161,12 +181,14 @@ impl State {
             }
             next + self.terminator_len(rest, next)
         };
+        let (raw, data) = (rest.get(..end)?, line.get(..i)?);
         self.pos = start + end;
         self.start = self.pos;
         Some(Quick {
             start,
-            len: end,
-            data: v..t,
+            raw,
+            data,
+            data_range: v..t,
             event,
         })
     }

@@ -32,6 +32,16 @@
 //!              discard mode.
 //! ```
 //!
+//! The current piece `cur` is only ever read here, never replaced: a piece
+//! scanned to its end stays as the used-up `cur` (`start` at its end), and
+//! when the general loop goes on into queued pieces it scans them where
+//! they are, the queue's front being the current piece ([`STALE`]) until
+//! the parser moves it into `cur`'s place at its next call. So
+//! [`Parser::next_frame_ref`](super::Parser::next_frame_ref) can lend the
+//! quick layer's event straight from the slices its search bounded, and
+//! still fall through to the general loop (a conditional borrow of `cur`
+//! that a replacement of `cur` would conflict with).
+//!
 //! Gathering (`gather`): a block's first bytes reserve [`GATHER_MIN`], and
 //! the frames split off the buffer (`owned`) are let go of before the next
 //! gather, so the buffer is reclaimed in place once per several spanning
@@ -72,6 +82,12 @@ const BOM_PENDING: u8 = 4;
 /// cleared with every change of its emptiness, so that the quick layers'
 /// entry test reads one byte).
 const HELD: u8 = 8;
+/// [`State::odd`]: the piece being scanned is the front of `queue`, not
+/// `cur`: the general loop ran past the end of `cur` (left as it was,
+/// used up) within one call that may lend `cur` (see
+/// [`State::advance`]). The parser puts that piece in `cur`'s place
+/// before anything else reads `pos` or `start`.
+const STALE: u8 = 16;
 
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
@@ -225,6 +241,33 @@ impl State {
         }
     }
 
+    /// The piece being scanned is `queue`'s front ([`STALE`]).
+    #[inline(always)]
+    pub(super) fn stale(&self) -> bool {
+        self.odd & STALE != 0
+    }
+
+    /// `queue`'s front was put in `cur`'s place.
+    #[inline]
+    pub(super) fn note_fresh(&mut self) {
+        self.set(STALE, false);
+    }
+
+    /// The current piece (`len` bytes) is used up on a block boundary and
+    /// nothing is queued: no frame until the next piece, which
+    /// [`Parser::queue_piece`](super::Parser::queue_piece) puts in its
+    /// place (the common end of a piece per event, without a trip through
+    /// the state machine). Lets go of the last gathered frame, as a call
+    /// into the state machine would.
+    #[inline(always)]
+    pub(super) fn used_up(&mut self, len: usize) -> bool {
+        if self.start < len || !self.queue.is_empty() {
+            return false;
+        }
+        self.release_owned();
+        true
+    }
+
     #[inline]
     fn set_after_cr(&mut self, on: bool) {
         self.set(AFTER_CR, on);
@@ -304,8 +347,13 @@ impl State {
     /// The common step between quick-path events comes first, without the
     /// general loop: a piece scanned to its end mid-block with nothing
     /// queued, its rest gathered.
+    ///
+    /// `cur` is read, never replaced (so that the parser may lend it while
+    /// this runs): past its end the queued pieces are scanned where they
+    /// are, the front one being the current piece ([`STALE`]) until the
+    /// parser moves it into `cur`'s place.
     #[inline(always)]
-    pub(super) fn advance(&mut self, cur: &mut Bytes) -> Option<Found> {
+    pub(super) fn advance(&mut self, cur: &Bytes) -> Option<Found> {
         self.release_owned();
         if self.pos >= cur.len() && self.queue.is_empty() && self.gather_rest(cur) {
             return None;
@@ -331,24 +379,49 @@ impl State {
         true
     }
 
-    /// [`advance`](Self::advance)'s general loop.
-    fn advance_general(&mut self, cur: &mut Bytes) -> Option<Found> {
-        loop {
-            if self.pos >= cur.len() {
-                if !cur.is_empty() {
-                    if let Some(f) = self.end_of_piece(cur) {
-                        return Some(f);
-                    }
-                    if self.pos < cur.len() {
-                        continue;
-                    }
-                }
-                *cur = self.queue.pop_front()?;
-                self.pos = 0;
-                self.start = 0;
-                continue;
+    /// [`advance`](Self::advance)'s general loop: `cur` first (unless
+    /// the queue's front is already the current piece), then each queued
+    /// piece in turn, each used up (its rest gathered) before the next.
+    fn advance_general(&mut self, cur: &Bytes) -> Option<Found> {
+        if !self.stale() {
+            if let Some(f) = self.advance_in(cur) {
+                return Some(f);
             }
-            if let Some(f) = self.scan(cur) {
+            if self.queue.is_empty() {
+                return None;
+            }
+            self.set(STALE, true);
+            self.pos = 0;
+            self.start = 0;
+        }
+        loop {
+            // (Taken out while it is scanned, put back after.)
+            let piece = std::mem::take(self.queue.front_mut()?);
+            let f = self.advance_in(&piece);
+            if let Some(front) = self.queue.front_mut() {
+                *front = piece;
+            }
+            if f.is_some() || self.queue.len() <= 1 {
+                return f;
+            }
+            self.queue.pop_front();
+            self.pos = 0;
+            self.start = 0;
+        }
+    }
+
+    /// The next frame in `piece` (the current piece) from `pos` on, or
+    /// `None` with the piece used up: its rest gathered, `pos` and
+    /// `start` at its end.
+    fn advance_in(&mut self, piece: &Bytes) -> Option<Found> {
+        loop {
+            if self.pos >= piece.len() {
+                if self.start < piece.len() {
+                    return self.end_of_piece(piece);
+                }
+                return None;
+            }
+            if let Some(f) = self.scan(piece) {
                 return Some(f);
             }
         }
@@ -481,22 +554,17 @@ impl State {
         }
     }
 
-    /// The current piece is exhausted: gather the current block's bytes from
-    /// it, or hand them out when the block is too large. `cur` becomes
-    /// empty, or the rest of an oversized block to hand out next.
-    pub(super) fn end_of_piece(&mut self, cur: &mut Bytes) -> Option<Found> {
+    /// The current piece is exhausted with bytes after `start`: gather the
+    /// current block's bytes from it, or hand them out when the block is
+    /// too large. Leaves the piece used up (`start` at its end), or `start`
+    /// where the rest of an oversized block to hand out next begins.
+    pub(super) fn end_of_piece(&mut self, cur: &[u8]) -> Option<Found> {
         let len = cur.len();
         let start = self.start;
         if self.discard() {
-            // Hand out the piece's rest; it stays `cur` until the next call.
-            if start < len {
-                self.start = len;
-                return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
-            }
-            *cur = Bytes::new();
-            self.pos = 0;
-            self.start = 0;
-            return None;
+            // Hand out the piece's rest.
+            self.start = len;
+            return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
         }
         if self.partial.len() + (len - start) > self.max {
             // Too large to interpret: forward what we have and discard the
@@ -514,12 +582,8 @@ impl State {
             self.note_released();
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
-        if start < len {
-            self.gather(&cur[start..len]);
-        }
-        *cur = Bytes::new();
-        self.pos = 0;
-        self.start = 0;
+        self.gather(&cur[start..len]);
+        self.start = len;
         None
     }
 
