@@ -89,8 +89,9 @@ impl State {
     #[inline(always)]
     pub(super) fn quick_closed(&self) -> bool {
         // (`line_start` is 0 whenever this fails: any line consumed moves
-        // `pos` past `start` or into `partial`.)
-        self.pos != self.start || self.unclean()
+        // `pos` past `start` or into `partial`. One test of the two, not
+        // two branches.)
+        (self.pos ^ self.start) | usize::from(self.odd_bits()) != 0
     }
 
     /// [`quick`](Self::quick) once [`quick_closed`](Self::quick_closed)

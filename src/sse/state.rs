@@ -220,6 +220,14 @@ impl State {
         self.odd != 0
     }
 
+    /// The [`odd`](Self::odd) byte itself ([`unclean`](Self::unclean)
+    /// when not 0).
+    #[inline(always)]
+    pub(super) fn odd_bits(&self) -> u8 {
+        debug_assert_eq!(self.odd & HELD != 0, !self.partial.is_empty());
+        self.odd
+    }
+
     /// Bytes were added to `partial`.
     #[inline(always)]
     pub(super) fn note_held(&mut self) {
