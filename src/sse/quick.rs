@@ -284,9 +284,11 @@ impl State {
             return None;
         }
         // (Set only by `quick`/`continue_data`, so no CR is pending, the
-        // BOM is decided and nothing is discarded.)
+        // BOM is decided and nothing is discarded. No frame was handed out
+        // since: `quick` let go of the last gathered one before gathering,
+        // and `continue_data` runs after a call that did.)
         let v = self.open_data.take()?;
-        self.release_owned();
+        debug_assert!(self.owned.is_empty() && self.joined.is_empty());
         self.continue_data(cur, v)
     }
 }
