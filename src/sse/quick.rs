@@ -163,7 +163,8 @@ impl State {
             if rest.len() <= self.max {
                 // The block goes on in the next piece: its bytes so far
                 // are gathered now (what the end of the piece would do).
-                self.release_owned();
+                // (A gathered frame still held is let go of when the
+                // buffer needs room, or when the next one replaces it.)
                 self.gather(rest);
                 self.start = chunk.len();
             }
@@ -284,11 +285,9 @@ impl State {
             return None;
         }
         // (Set only by `quick`/`continue_data`, so no CR is pending, the
-        // BOM is decided and nothing is discarded. No frame was handed out
-        // since: `quick` let go of the last gathered one before gathering,
-        // and `continue_data` runs after a call that did.)
+        // BOM is decided and nothing is discarded. The last gathered frame
+        // may still be held: the one completed here replaces it.)
         let v = self.open_data.take()?;
-        debug_assert!(self.owned.is_empty() && self.joined.is_empty());
         self.continue_data(cur, v)
     }
 }

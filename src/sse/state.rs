@@ -265,15 +265,12 @@ impl State {
     /// nothing is queued: no frame until the next piece, which
     /// [`Parser::queue_piece`](super::Parser::queue_piece) puts in its
     /// place (the common end of a piece per event, without a trip through
-    /// the state machine). Lets go of the last gathered frame, as a call
-    /// into the state machine would.
+    /// the state machine). (The last gathered frame, if still held, is let
+    /// go of when the gathering buffer needs room or the next gathered
+    /// frame replaces it.)
     #[inline(always)]
-    pub(super) fn used_up(&mut self, len: usize) -> bool {
-        if self.start < len || !self.queue.is_empty() {
-            return false;
-        }
-        self.release_owned();
-        true
+    pub(super) fn used_up(&self, len: usize) -> bool {
+        self.start >= len && self.queue.is_empty()
     }
 
     #[inline]
@@ -337,9 +334,11 @@ impl State {
     /// [`gather`](Self::gather) when the buffer is short of room for `n`
     /// more bytes: a block's first bytes reserve at least [`GATHER_MIN`];
     /// `reserve` reclaims the buffer in place when no frame split off it is
-    /// still held, and otherwise grows it (at least doubling).
+    /// still held, and otherwise grows it (at least doubling). The last
+    /// gathered frame, if the parser still holds it, is let go of first.
     #[inline(never)]
     fn make_room(&mut self, n: usize) {
+        self.release_owned();
         let want = if self.partial.is_empty() {
             n.max(GATHER_MIN)
         } else {
