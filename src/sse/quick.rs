@@ -154,7 +154,14 @@ impl State {
         let start = self.pos;
         let line = &rest[v..];
         let Some(i) = find_line_end(line) else {
-            self.commit(at, event, Data::None);
+            if at == 0 && event.is_none() {
+                // (The `data` line first: nothing to record, the block
+                // start's state is the general loop's before its first line.)
+                debug_assert!(self.line_start == 0 && self.event.is_none());
+                debug_assert!(matches!(self.data, Data::None));
+            } else {
+                self.commit(at, event, Data::None);
+            }
             if at + 5 < rest.len() {
                 // Whether the value starts with a space is known.
                 self.open_data = Some(v);
