@@ -248,14 +248,20 @@ impl State {
     /// `None` is returned.
     #[inline(always)]
     pub(super) fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Result<Cont, Found>> {
-        let Some(i) = find_line_end(&chunk[self.pos..]) else {
+        let rest = &chunk[self.pos..];
+        let Some(i) = find_line_end(rest) else {
             self.pos = chunk.len();
             self.open_data = Some(v);
             return None;
         };
         let t = self.pos + i;
-        let next = t + self.terminator_len(chunk, t);
         let line_end = self.rel(t);
+        // A blank line next (LF LF, the usual shape, tested first) and the
+        // line within the limit.
+        if line_end < self.max && rest.get(i..).is_some_and(|e| e.starts_with(b"\n\n")) {
+            return Some(Ok(self.gathered_event(chunk, t + 2, v..line_end)));
+        }
+        let next = t + self.terminator_len(chunk, t);
         self.pos = next;
         if self.rel(next) > self.max {
             return Some(Err(self.over_limit()));
@@ -268,16 +274,24 @@ impl State {
             return None;
         }
         let end = next + self.terminator_len(chunk, next);
+        Some(Ok(self.gathered_event(chunk, end, v..line_end)))
+    }
+
+    /// [`continue_data`](Self::continue_data) found the blank line ending
+    /// at `end` in the piece: the event (its data at `data` in it),
+    /// gathered.
+    #[inline(always)]
+    fn gathered_event(&mut self, chunk: &[u8], end: usize, data: Range<usize>) -> Cont {
         self.gather(&chunk[self.start..end]);
         self.owned = self.partial.split().freeze();
         self.note_released();
         self.pos = end;
         self.start = end;
         self.line_start = 0;
-        Some(Ok(Cont {
-            data: v..line_end,
+        Cont {
+            data,
             event: self.event.take(),
-        }))
+        }
     }
 
     /// At the start of a piece, a `data` line that [`quick`](Self::quick)
