@@ -189,6 +189,29 @@ fn queued_pieces_read_the_same_under_every_split() {
     }
 }
 
+/// Events around the size limit (`data` lines ending just under, at and
+/// just over it, with an event line or not): split anywhere (the line
+/// continued in the next piece), the same frames as a one-piece parse.
+#[test]
+fn limit_edges_read_the_same_under_every_split() {
+    for k in 30..=36 {
+        for event in [&b""[..], b"event: e\n"] {
+            let mut input = event.to_vec();
+            input.extend_from_slice(b"data: ");
+            input.resize(input.len() + k, b'x');
+            input.extend_from_slice(b"\n\ndata: y\n\n");
+            let whole = drive(&input, &[], false);
+            for i in 0..=input.len() {
+                for by_ref in [true, false] {
+                    let split = drive(&input, &[i], by_ref);
+                    assert_eq!(fields(&split.0), fields(&whole.0), "k {k} split {i}");
+                    assert_eq!(concat(&split.0, &split.1), input, "k {k} split {i}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn single_event_is_a_slice_of_the_input() {
     let input = Bytes::from_static(b"data: x\n\n");
