@@ -334,17 +334,29 @@ impl State {
     /// [`gather`](Self::gather) when the buffer is short of room for `n`
     /// more bytes: a block's first bytes reserve at least [`GATHER_MIN`];
     /// `reserve` reclaims the buffer in place when no frame split off it is
-    /// still held, and otherwise grows it (at least doubling). The last
+    /// still held, and otherwise grows it (at least doubling). A block
+    /// leaving the shared room (outgrowing [`GATHER_MIN`]) is a long one
+    /// (a whole response, a tool call's arguments): it moves to a buffer
+    /// of its own with room for as much again, its bytes copied once
+    /// (`reserve` would keep and copy along the dead bytes before it, or
+    /// first move it within the old buffer), and grows there. The last
     /// gathered frame, if the parser still holds it, is let go of first.
     #[inline(never)]
     fn make_room(&mut self, n: usize) {
         self.release_owned();
-        let want = if self.partial.is_empty() {
-            n.max(GATHER_MIN)
+        let held = self.partial.len();
+        if held == 0 {
+            self.partial.reserve(n.max(GATHER_MIN));
+        } else if held <= GATHER_MIN && held + n > GATHER_MIN {
+            let need = held + n;
+            let mut own = BytesMut::with_capacity(
+                need.max(need.saturating_mul(2).min(self.max.saturating_add(2))),
+            );
+            own.extend_from_slice(&self.partial);
+            self.partial = own;
         } else {
-            n
-        };
-        self.partial.reserve(want);
+            self.partial.reserve(n);
+        }
     }
 
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
