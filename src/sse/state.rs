@@ -29,7 +29,8 @@
 //!              loop would (it changes nothing) and the loop goes on.
 //!   general    `advance_general` / `scan`: every line, every field, CR and
 //!              split CRLF, BOM, `id`/`retry`, comments, the size limit and
-//!              discard mode.
+//!              discard mode (the per-line field work and the dispatch at
+//!              the blank line are in `fields.rs`).
 //! ```
 //!
 //! The current piece `cur` is only ever read here, never replaced: a piece
