@@ -3,7 +3,8 @@
 //! one-shot parse, and the frames plus the tail are the input byte for byte.
 //! With and without a small event size limit. And the borrowing read path
 //! (`next_frame_ref`, which has its own entry to the quick path for common
-//! blocks) hands out the same frames as `next_frame` under the same split.
+//! blocks) hands out the same frames as `next_frame` under the same split,
+//! also with pieces queued before the parser is drained.
 //! One-byte reads (the general loop only) give the same events too.
 #![no_main]
 
@@ -63,19 +64,40 @@ fuzz_target!(|case: Case| {
     assert_eq!(bytewise.last_event_id, one.last_event_id);
     let pieces = sse_ref::pieces_at(&input, &cuts);
     assert_eq!(
-        drive(&config, &pieces, true),
-        drive(&config, &pieces, false),
+        drive(&config, &pieces, &[], true),
+        drive(&config, &pieces, &[], false),
         "next_frame_ref vs next_frame"
     );
+    // Pieces queued before a drain: the general loop goes on into them
+    // while the current piece is lent.
+    let queued = drive(&config, &pieces, &case.drain, true);
+    assert_eq!(
+        queued,
+        drive(&config, &pieces, &case.drain, false),
+        "next_frame_ref vs next_frame, queued pieces"
+    );
+    let mut out: Vec<u8> = queued.0.iter().flat_map(|f| f.raw().to_vec()).collect();
+    out.extend_from_slice(queued.1.as_deref().unwrap_or_default());
+    assert!(out == input[..], "queued: frames + tail != input");
 });
 
 /// Every frame (and the `finish` tail), read through `next_frame_ref` (as
-/// owned frames) or `next_frame`.
-fn drive(config: &Config, pieces: &[Bytes], by_ref: bool) -> (Vec<Frame>, Option<Bytes>) {
+/// owned frames) or `next_frame`, draining after piece `i` when
+/// `drain[i % len]` (always when empty; pieces fed in between are queued).
+fn drive(
+    config: &Config,
+    pieces: &[Bytes],
+    drain: &[bool],
+    by_ref: bool,
+) -> (Vec<Frame>, Option<Bytes>) {
     let mut p = Parser::with_config(config);
     let mut frames = Vec::new();
-    for piece in pieces {
+    let last = pieces.len().saturating_sub(1);
+    for (i, piece) in pieces.iter().enumerate() {
         p.feed(piece.clone());
+        if i < last && !drain.is_empty() && !drain[i % drain.len()] {
+            continue;
+        }
         loop {
             let f = if by_ref {
                 p.next_frame_ref().map(|f| f.to_frame())

@@ -39,6 +39,7 @@
 //! assert_eq!(out, b"data: {\"a\":1}\n\ndata: [DONE]\n\ndata: cut");
 //! ```
 
+mod fields;
 mod frame;
 mod line_end;
 mod parser;

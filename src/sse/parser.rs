@@ -272,6 +272,7 @@ impl Parser {
     /// applies them line by line, a difference no dispatched event can see.)
     #[must_use = "the returned bytes are part of the stream"]
     pub fn finish(&mut self) -> Option<Bytes> {
+        self.unstale();
         let st = &mut self.st;
         let mut tail = std::mem::take(&mut st.partial);
         let cur = std::mem::take(&mut self.cur);
@@ -412,19 +413,16 @@ impl Parser {
         self.st.max
     }
 
-    /// The current piece is used up on a block boundary and nothing is
-    /// queued: no frame until the next piece, which
-    /// [`queue_piece`](Self::queue_piece) puts in its place (the common end
-    /// of a piece per event, without a trip through the state machine).
-    /// Lets go of the last gathered frame, as a call into it would.
+    /// Puts the piece the state machine went on to (the queue's front, see
+    /// [`State::advance`]) in `cur`'s place, when it did.
     #[inline]
-    fn used_up(&mut self) -> bool {
-        let st = &mut self.st;
-        if st.start < self.cur.len() || !st.queue.is_empty() {
-            return false;
+    fn unstale(&mut self) {
+        if self.st.stale() {
+            self.st.note_fresh();
+            if let Some(piece) = self.st.queue.pop_front() {
+                self.cur = piece;
+            }
         }
-        st.release_owned();
-        true
     }
 
     /// Returns the next complete frame, or `None` when more input is needed.
@@ -434,17 +432,18 @@ impl Parser {
     /// Never panics.
     #[must_use]
     pub fn next_frame(&mut self) -> Option<Frame> {
+        self.unstale();
         if let Some(q) = self.st.quick(&self.cur) {
             return Some(Frame::Event(Event {
-                raw: self.cur.slice(q.start..q.start + q.len),
-                data: DataRepr::Slice(q.data),
+                raw: self.cur.slice(q.start..q.start + q.raw.len()),
+                data: DataRepr::Slice(q.data_range),
                 event: q.event,
                 id: None,
                 retry: None,
                 last_event_id: self.st.last_event_id.clone(),
             }));
         }
-        if self.used_up() {
+        if self.st.used_up(self.cur.len()) {
             return None;
         }
         let f = match self.st.continue_open(&self.cur) {
@@ -459,8 +458,9 @@ impl Parser {
                 }));
             }
             Some(Err(f)) => f,
-            None => self.st.advance(&mut self.cur)?,
+            None => self.st.advance(&self.cur)?,
         };
+        self.unstale();
         let raw = match f.raw {
             Loc::Cur(a, b) => self.cur.slice(a..b),
             Loc::Owned => std::mem::take(&mut self.st.owned),
@@ -508,27 +508,41 @@ impl Parser {
     /// Never panics.
     #[must_use]
     pub fn next_frame_ref(&mut self) -> Option<FrameRef<'_>> {
-        if let Some(q) = self.st.quick(&self.cur) {
-            let raw = &self.cur[q.start..][..q.len];
-            return Some(FrameRef {
+        if self.st.quick_closed() {
+            self.unstale();
+            return Self::rest_ref(&self.cur, &mut self.st);
+        }
+        // (The event lent as the quick layer found it: no index checked
+        // again. Past this point `cur` is only read, as it is lent.)
+        match self.st.quick_open(&self.cur) {
+            Some(q) => Some(FrameRef {
                 kind: FrameKind::Event,
-                raw,
-                data: &raw[q.data.clone()],
-                data_range: Some(q.data),
+                raw: q.raw,
+                data: q.data,
+                data_range: Some(q.data_range),
                 event: q.event,
                 id: None,
                 retry: None,
                 last_event_id: &self.st.last_event_id,
                 src: Src::Piece(&self.cur, q.start),
                 joined: &self.st.joined,
-            });
+            }),
+            None => Self::rest_ref(&self.cur, &mut self.st),
         }
-        if self.used_up() {
+    }
+
+    /// [`next_frame_ref`](Self::next_frame_ref) past the quick layer: the
+    /// continued open line, the general loop. `cur` is not replaced (a
+    /// queued piece the loop goes on to is lent from the queue).
+    #[inline(always)]
+    fn rest_ref<'a>(cur: &'a Bytes, st: &'a mut State) -> Option<FrameRef<'a>> {
+        if st.used_up(cur.len()) {
             return None;
         }
-        let f = match self.st.continue_open(&self.cur) {
+        let f = match st.continue_open(cur) {
             Some(Ok(c)) => {
-                let raw: &[u8] = &self.st.owned;
+                let st: &'a State = st;
+                let raw: &[u8] = &st.owned;
                 return Some(FrameRef {
                     kind: FrameKind::Event,
                     raw,
@@ -537,21 +551,26 @@ impl Parser {
                     event: c.event,
                     id: None,
                     retry: None,
-                    last_event_id: &self.st.last_event_id,
-                    src: Src::Owned(&self.st.owned),
-                    joined: &self.st.joined,
+                    last_event_id: &st.last_event_id,
+                    src: Src::Owned(&st.owned),
+                    joined: &st.joined,
                 });
             }
             Some(Err(f)) => f,
-            None => self.st.advance(&mut self.cur)?,
+            None => st.advance(cur)?,
+        };
+        let st: &'a State = st;
+        let piece = match st.queue.front() {
+            Some(front) if st.stale() => front,
+            _ => cur,
         };
         let (raw, src): (&[u8], _) = match f.raw {
-            Loc::Cur(a, b) => (&self.cur[a..b], Src::Piece(&self.cur, a)),
-            Loc::Owned => (&self.st.owned, Src::Owned(&self.st.owned)),
+            Loc::Cur(a, b) => (&piece[a..b], Src::Piece(piece, a)),
+            Loc::Owned => (&st.owned, Src::Owned(&st.owned)),
         };
         let data: &[u8] = match (&f.kind, &f.data) {
             (FrameKind::Event, Some(r)) => &raw[r.clone()],
-            (FrameKind::Event, None) => &self.st.joined,
+            (FrameKind::Event, None) => &st.joined,
             _ => &[],
         };
         Some(FrameRef {
@@ -562,9 +581,9 @@ impl Parser {
             event: f.event,
             id: f.id,
             retry: f.retry,
-            last_event_id: &self.st.last_event_id,
+            last_event_id: &st.last_event_id,
             src,
-            joined: &self.st.joined,
+            joined: &st.joined,
         })
     }
 }

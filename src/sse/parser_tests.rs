@@ -140,6 +140,78 @@ fn quick_path_matches_the_general_path_under_every_split() {
     }
 }
 
+/// Pieces queued before the parser is drained (the general loop then goes
+/// on into the queued pieces while `cur` is lent, see `State::advance`):
+/// `next_frame_ref` and `next_frame` hand out the same frames as a
+/// one-piece parse under every two cuts, with the last piece fed after
+/// the first frame is read; between reads, `clean_rest` shows only bytes
+/// not yet handed out.
+#[test]
+fn queued_pieces_read_the_same_under_every_split() {
+    let input: &[u8] = b"data: a\n\nevent: e\ndata:b\r\n\r\ndata: c\ndata: d\n\n\
+        : ping\n\nevent:x\nid: 7\ndata: e\n\ndata: 0123456789012345678901234567890123456789\n\n\
+        event:y\ndata: h\n\ndata:  f\r\rdata: g";
+    let whole = drive(input, &[], false);
+    let read = |p: &mut Parser, by_ref: bool| {
+        if by_ref {
+            p.next_frame_ref().map(|f| f.to_frame())
+        } else {
+            p.next_frame()
+        }
+    };
+    for i in 0..=input.len() {
+        for j in i..=input.len() {
+            let mut runs = Vec::new();
+            for by_ref in [true, false] {
+                let mut c = Config::new();
+                c.max_event_size(40);
+                let mut p = Parser::with_config(&c);
+                p.feed(Bytes::copy_from_slice(&input[..i]));
+                p.feed(Bytes::copy_from_slice(&input[i..j]));
+                let mut frames: Vec<Frame> = read(&mut p, by_ref).into_iter().collect();
+                p.feed(Bytes::copy_from_slice(&input[j..]));
+                loop {
+                    let out: usize = frames.iter().map(|f| f.raw().len()).sum();
+                    if let Some((piece, at)) = p.clean_rest() {
+                        let rest = &piece[at..];
+                        assert_eq!(rest, &input[out..][..rest.len()], "split {i} {j}");
+                    }
+                    let Some(f) = read(&mut p, by_ref) else { break };
+                    frames.push(f);
+                }
+                let tail = p.finish();
+                assert_eq!(fields(&frames), fields(&whole.0), "split {i} {j}");
+                assert_eq!(concat(&frames, &tail), input, "split {i} {j}");
+                runs.push((frames, tail));
+            }
+            assert_eq!(runs[0], runs[1], "split {i} {j}");
+        }
+    }
+}
+
+/// Events around the size limit (`data` lines ending just under, at and
+/// just over it, with an event line or not): split anywhere (the line
+/// continued in the next piece), the same frames as a one-piece parse.
+#[test]
+fn limit_edges_read_the_same_under_every_split() {
+    for k in 30..=36 {
+        for event in [&b""[..], b"event: e\n"] {
+            let mut input = event.to_vec();
+            input.extend_from_slice(b"data: ");
+            input.resize(input.len() + k, b'x');
+            input.extend_from_slice(b"\n\ndata: y\n\n");
+            let whole = drive(&input, &[], false);
+            for i in 0..=input.len() {
+                for by_ref in [true, false] {
+                    let split = drive(&input, &[i], by_ref);
+                    assert_eq!(fields(&split.0), fields(&whole.0), "k {k} split {i}");
+                    assert_eq!(concat(&split.0, &split.1), input, "k {k} split {i}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn single_event_is_a_slice_of_the_input() {
     let input = Bytes::from_static(b"data: x\n\n");

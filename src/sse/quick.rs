@@ -11,26 +11,31 @@ use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
 use super::state::{Found, State};
 
-/// An event found by [`State::quick`], lying whole in the current piece.
+/// An event found by [`State::quick`], lying whole in the current piece
+/// `cur`: its bytes are lent as found (slices of `cur` the search already
+/// bounds, so handing them out checks no index again).
 #[derive(Clone, Debug)]
-pub(super) struct Quick {
-    /// The event's raw bytes: `cur[start..][..len]`.
+pub(super) struct Quick<'c> {
+    /// Where the event starts in `cur`.
     pub(super) start: usize,
-    pub(super) len: usize,
+    /// The event's raw bytes, `cur[start..][..raw.len()]`.
+    pub(super) raw: &'c [u8],
+    /// The data, `raw[data_range]`.
+    pub(super) data: &'c [u8],
     /// The data's range in the raw bytes.
-    pub(super) data: Range<usize>,
+    pub(super) data_range: Range<usize>,
     /// The `event` line's value's range in the raw bytes.
     pub(super) event: Option<Range<usize>>,
 }
 
-impl Quick {
+impl Quick<'_> {
     /// The same event as a [`Found`].
     #[inline]
     pub(super) fn found(self) -> Found {
         Found {
             kind: FrameKind::Event,
-            raw: Loc::Cur(self.start, self.start + self.len),
-            data: Some(self.data),
+            raw: Loc::Cur(self.start, self.start + self.raw.len()),
+            data: Some(self.data_range),
             event: self.event,
             id: None,
             retry: None,
@@ -72,14 +77,30 @@ impl State {
     /// would have processed them (so no byte is scanned twice) and `None`
     /// is returned: the general loop goes on from there.
     #[inline(always)]
-    pub(super) fn quick(&mut self, chunk: &[u8]) -> Option<Quick> {
-        // (`line_start` is 0 whenever this holds: any line consumed moves
-        // `pos` past `start` or into `partial`.)
-        if self.pos != self.start || self.unclean() {
+    pub(super) fn quick<'c>(&mut self, chunk: &'c [u8]) -> Option<Quick<'c>> {
+        if self.quick_closed() {
             return None;
         }
+        self.quick_open(chunk)
+    }
+
+    /// Whether [`quick`](Self::quick) is closed: not at a block start with
+    /// nothing held or pending.
+    #[inline(always)]
+    pub(super) fn quick_closed(&self) -> bool {
+        // (`line_start` is 0 whenever this fails: any line consumed moves
+        // `pos` past `start` or into `partial`. One test of the two, not
+        // two branches.)
+        (self.pos ^ self.start) | usize::from(self.odd_bits()) != 0
+    }
+
+    /// [`quick`](Self::quick) once [`quick_closed`](Self::quick_closed)
+    /// said no.
+    #[inline(always)]
+    pub(super) fn quick_open<'c>(&mut self, chunk: &'c [u8]) -> Option<Quick<'c>> {
         // (The last gathered frame, if any, is let go of by the next call
         // into the general path, before anything is gathered again.)
+        debug_assert!(!self.quick_closed());
         debug_assert_eq!(self.line_start, 0);
         let rest = chunk.get(self.pos..)?;
         // (Separate calls with the offsets constant: they fold, and the
@@ -122,18 +143,25 @@ impl State {
     /// `v`, after the block's `event` line (`event`, its value's range) if
     /// any.
     #[inline(always)]
-    fn quick_data(
+    fn quick_data<'c>(
         &mut self,
         chunk: &[u8],
-        rest: &[u8],
+        rest: &'c [u8],
         at: usize,
         v: usize,
         event: Option<Range<usize>>,
-    ) -> Option<Quick> {
+    ) -> Option<Quick<'c>> {
         let start = self.pos;
         let line = &rest[v..];
         let Some(i) = find_line_end(line) else {
-            self.commit(at, event, Data::None);
+            if at == 0 && event.is_none() {
+                // (The `data` line first: nothing to record, the block
+                // start's state is the general loop's before its first line.)
+                debug_assert!(self.line_start == 0 && self.event.is_none());
+                debug_assert!(matches!(self.data, Data::None));
+            } else {
+                self.commit(at, event, Data::None);
+            }
             if at + 5 < rest.len() {
                 // Whether the value starts with a space is known.
                 self.open_data = Some(v);
@@ -142,7 +170,8 @@ impl State {
             if rest.len() <= self.max {
                 // The block goes on in the next piece: its bytes so far
                 // are gathered now (what the end of the piece would do).
-                self.release_owned();
+                // (A gathered frame still held is let go of when the
+                // buffer needs room, or when the next one replaces it.)
                 self.gather(rest);
                 self.start = chunk.len();
             }
@@ -161,12 +190,14 @@ impl State {
             }
             next + self.terminator_len(rest, next)
         };
+        let (raw, data) = (rest.get(..end)?, line.get(..i)?);
         self.pos = start + end;
         self.start = self.pos;
         Some(Quick {
             start,
-            len: end,
-            data: v..t,
+            raw,
+            data,
+            data_range: v..t,
             event,
         })
     }
@@ -217,14 +248,20 @@ impl State {
     /// `None` is returned.
     #[inline(always)]
     pub(super) fn continue_data(&mut self, chunk: &[u8], v: usize) -> Option<Result<Cont, Found>> {
-        let Some(i) = find_line_end(&chunk[self.pos..]) else {
+        let rest = &chunk[self.pos..];
+        let Some(i) = find_line_end(rest) else {
             self.pos = chunk.len();
             self.open_data = Some(v);
             return None;
         };
         let t = self.pos + i;
-        let next = t + self.terminator_len(chunk, t);
         let line_end = self.rel(t);
+        // A blank line next (LF LF, the usual shape, tested first) and the
+        // line within the limit.
+        if line_end < self.max && rest.get(i..).is_some_and(|e| e.starts_with(b"\n\n")) {
+            return Some(Ok(self.gathered_event(chunk, t + 2, v..line_end)));
+        }
+        let next = t + self.terminator_len(chunk, t);
         self.pos = next;
         if self.rel(next) > self.max {
             return Some(Err(self.over_limit()));
@@ -237,16 +274,24 @@ impl State {
             return None;
         }
         let end = next + self.terminator_len(chunk, next);
+        Some(Ok(self.gathered_event(chunk, end, v..line_end)))
+    }
+
+    /// [`continue_data`](Self::continue_data) found the blank line ending
+    /// at `end` in the piece: the event (its data at `data` in it),
+    /// gathered.
+    #[inline(always)]
+    fn gathered_event(&mut self, chunk: &[u8], end: usize, data: Range<usize>) -> Cont {
         self.gather(&chunk[self.start..end]);
         self.owned = self.partial.split().freeze();
         self.note_released();
         self.pos = end;
         self.start = end;
         self.line_start = 0;
-        Some(Ok(Cont {
-            data: v..line_end,
+        Cont {
+            data,
             event: self.event.take(),
-        }))
+        }
     }
 
     /// At the start of a piece, a `data` line that [`quick`](Self::quick)
@@ -261,9 +306,9 @@ impl State {
             return None;
         }
         // (Set only by `quick`/`continue_data`, so no CR is pending, the
-        // BOM is decided and nothing is discarded.)
+        // BOM is decided and nothing is discarded. The last gathered frame
+        // may still be held: the one completed here replaces it.)
         let v = self.open_data.take()?;
-        self.release_owned();
         self.continue_data(cur, v)
     }
 }

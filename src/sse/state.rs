@@ -29,8 +29,19 @@
 //!              loop would (it changes nothing) and the loop goes on.
 //!   general    `advance_general` / `scan`: every line, every field, CR and
 //!              split CRLF, BOM, `id`/`retry`, comments, the size limit and
-//!              discard mode.
+//!              discard mode (the per-line field work and the dispatch at
+//!              the blank line are in `fields.rs`).
 //! ```
+//!
+//! The current piece `cur` is only ever read here, never replaced: a piece
+//! scanned to its end stays as the used-up `cur` (`start` at its end), and
+//! when the general loop goes on into queued pieces it scans them where
+//! they are, the queue's front being the current piece ([`STALE`]) until
+//! the parser moves it into `cur`'s place at its next call. So
+//! [`Parser::next_frame_ref`](super::Parser::next_frame_ref) can lend the
+//! quick layer's event straight from the slices its search bounded, and
+//! still fall through to the general loop (a conditional borrow of `cur`
+//! that a replacement of `cur` would conflict with).
 //!
 //! Gathering (`gather`): a block's first bytes reserve [`GATHER_MIN`], and
 //! the frames split off the buffer (`owned`) are let go of before the next
@@ -72,6 +83,12 @@ const BOM_PENDING: u8 = 4;
 /// cleared with every change of its emptiness, so that the quick layers'
 /// entry test reads one byte).
 const HELD: u8 = 8;
+/// [`State::odd`]: the piece being scanned is the front of `queue`, not
+/// `cur`: the general loop ran past the end of `cur` (left as it was,
+/// used up) within one call that may lend `cur` (see
+/// [`State::advance`]). The parser puts that piece in `cur`'s place
+/// before anything else reads `pos` or `start`.
+const STALE: u8 = 16;
 
 /// A frame found by the state machine, before any `Bytes` is made for it.
 #[derive(Clone, Debug)]
@@ -204,6 +221,14 @@ impl State {
         self.odd != 0
     }
 
+    /// The [`odd`](Self::odd) byte itself ([`unclean`](Self::unclean)
+    /// when not 0).
+    #[inline(always)]
+    pub(super) fn odd_bits(&self) -> u8 {
+        debug_assert_eq!(self.odd & HELD != 0, !self.partial.is_empty());
+        self.odd
+    }
+
     /// Bytes were added to `partial`.
     #[inline(always)]
     pub(super) fn note_held(&mut self) {
@@ -223,6 +248,30 @@ impl State {
         } else {
             self.odd &= !bit;
         }
+    }
+
+    /// The piece being scanned is `queue`'s front ([`STALE`]).
+    #[inline(always)]
+    pub(super) fn stale(&self) -> bool {
+        self.odd & STALE != 0
+    }
+
+    /// `queue`'s front was put in `cur`'s place.
+    #[inline]
+    pub(super) fn note_fresh(&mut self) {
+        self.set(STALE, false);
+    }
+
+    /// The current piece (`len` bytes) is used up on a block boundary and
+    /// nothing is queued: no frame until the next piece, which
+    /// [`Parser::queue_piece`](super::Parser::queue_piece) puts in its
+    /// place (the common end of a piece per event, without a trip through
+    /// the state machine). (The last gathered frame, if still held, is let
+    /// go of when the gathering buffer needs room or the next gathered
+    /// frame replaces it.)
+    #[inline(always)]
+    pub(super) fn used_up(&self, len: usize) -> bool {
+        self.start >= len && self.queue.is_empty()
     }
 
     #[inline]
@@ -286,15 +335,29 @@ impl State {
     /// [`gather`](Self::gather) when the buffer is short of room for `n`
     /// more bytes: a block's first bytes reserve at least [`GATHER_MIN`];
     /// `reserve` reclaims the buffer in place when no frame split off it is
-    /// still held, and otherwise grows it (at least doubling).
+    /// still held, and otherwise grows it (at least doubling). A block
+    /// leaving the shared room (outgrowing [`GATHER_MIN`]) is a long one
+    /// (a whole response, a tool call's arguments): it moves to a buffer
+    /// of its own with room for as much again, its bytes copied once
+    /// (`reserve` would keep and copy along the dead bytes before it, or
+    /// first move it within the old buffer), and grows there. The last
+    /// gathered frame, if the parser still holds it, is let go of first.
     #[inline(never)]
     fn make_room(&mut self, n: usize) {
-        let want = if self.partial.is_empty() {
-            n.max(GATHER_MIN)
+        self.release_owned();
+        let held = self.partial.len();
+        if held == 0 {
+            self.partial.reserve(n.max(GATHER_MIN));
+        } else if held <= GATHER_MIN && held + n > GATHER_MIN {
+            let need = held + n;
+            let mut own = BytesMut::with_capacity(
+                need.max(need.saturating_mul(2).min(self.max.saturating_add(2))),
+            );
+            own.extend_from_slice(&self.partial);
+            self.partial = own;
         } else {
-            n
-        };
-        self.partial.reserve(want);
+            self.partial.reserve(n);
+        }
     }
 
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
@@ -304,8 +367,13 @@ impl State {
     /// The common step between quick-path events comes first, without the
     /// general loop: a piece scanned to its end mid-block with nothing
     /// queued, its rest gathered.
+    ///
+    /// `cur` is read, never replaced (so that the parser may lend it while
+    /// this runs): past its end the queued pieces are scanned where they
+    /// are, the front one being the current piece ([`STALE`]) until the
+    /// parser moves it into `cur`'s place.
     #[inline(always)]
-    pub(super) fn advance(&mut self, cur: &mut Bytes) -> Option<Found> {
+    pub(super) fn advance(&mut self, cur: &Bytes) -> Option<Found> {
         self.release_owned();
         if self.pos >= cur.len() && self.queue.is_empty() && self.gather_rest(cur) {
             return None;
@@ -331,24 +399,49 @@ impl State {
         true
     }
 
-    /// [`advance`](Self::advance)'s general loop.
-    fn advance_general(&mut self, cur: &mut Bytes) -> Option<Found> {
-        loop {
-            if self.pos >= cur.len() {
-                if !cur.is_empty() {
-                    if let Some(f) = self.end_of_piece(cur) {
-                        return Some(f);
-                    }
-                    if self.pos < cur.len() {
-                        continue;
-                    }
-                }
-                *cur = self.queue.pop_front()?;
-                self.pos = 0;
-                self.start = 0;
-                continue;
+    /// [`advance`](Self::advance)'s general loop: `cur` first (unless
+    /// the queue's front is already the current piece), then each queued
+    /// piece in turn, each used up (its rest gathered) before the next.
+    fn advance_general(&mut self, cur: &Bytes) -> Option<Found> {
+        if !self.stale() {
+            if let Some(f) = self.advance_in(cur) {
+                return Some(f);
             }
-            if let Some(f) = self.scan(cur) {
+            if self.queue.is_empty() {
+                return None;
+            }
+            self.set(STALE, true);
+            self.pos = 0;
+            self.start = 0;
+        }
+        loop {
+            // (Taken out while it is scanned, put back after.)
+            let piece = std::mem::take(self.queue.front_mut()?);
+            let f = self.advance_in(&piece);
+            if let Some(front) = self.queue.front_mut() {
+                *front = piece;
+            }
+            if f.is_some() || self.queue.len() <= 1 {
+                return f;
+            }
+            self.queue.pop_front();
+            self.pos = 0;
+            self.start = 0;
+        }
+    }
+
+    /// The next frame in `piece` (the current piece) from `pos` on, or
+    /// `None` with the piece used up: its rest gathered, `pos` and
+    /// `start` at its end.
+    fn advance_in(&mut self, piece: &Bytes) -> Option<Found> {
+        loop {
+            if self.pos >= piece.len() {
+                if self.start < piece.len() {
+                    return self.end_of_piece(piece);
+                }
+                return None;
+            }
+            if let Some(f) = self.scan(piece) {
                 return Some(f);
             }
         }
@@ -481,22 +574,17 @@ impl State {
         }
     }
 
-    /// The current piece is exhausted: gather the current block's bytes from
-    /// it, or hand them out when the block is too large. `cur` becomes
-    /// empty, or the rest of an oversized block to hand out next.
-    pub(super) fn end_of_piece(&mut self, cur: &mut Bytes) -> Option<Found> {
+    /// The current piece is exhausted with bytes after `start`: gather the
+    /// current block's bytes from it, or hand them out when the block is
+    /// too large. Leaves the piece used up (`start` at its end), or `start`
+    /// where the rest of an oversized block to hand out next begins.
+    pub(super) fn end_of_piece(&mut self, cur: &[u8]) -> Option<Found> {
         let len = cur.len();
         let start = self.start;
         if self.discard() {
-            // Hand out the piece's rest; it stays `cur` until the next call.
-            if start < len {
-                self.start = len;
-                return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
-            }
-            *cur = Bytes::new();
-            self.pos = 0;
-            self.start = 0;
-            return None;
+            // Hand out the piece's rest.
+            self.start = len;
+            return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
         }
         if self.partial.len() + (len - start) > self.max {
             // Too large to interpret: forward what we have and discard the
@@ -514,12 +602,8 @@ impl State {
             self.note_released();
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
-        if start < len {
-            self.gather(&cur[start..len]);
-        }
-        *cur = Bytes::new();
-        self.pos = 0;
-        self.start = 0;
+        self.gather(&cur[start..len]);
+        self.start = len;
         None
     }
 
@@ -544,127 +628,5 @@ impl State {
             return Some(f);
         }
         None
-    }
-
-    /// Bytes of the current block at block-relative `r`, which must already
-    /// be complete (gathered into `partial` when the block spans pieces).
-    pub(super) fn block_slice<'a>(&'a self, chunk: &'a [u8], r: Range<usize>) -> &'a [u8] {
-        if self.partial.is_empty() {
-            &chunk[self.start + r.start..self.start + r.end]
-        } else {
-            &self.partial[r]
-        }
-    }
-
-    /// WHATWG "process the field" for one non-blank line.
-    pub(super) fn process_line(&mut self, chunk: &[u8], line: Range<usize>) {
-        let bytes = self.block_slice(chunk, line.clone());
-        if bytes[0] == b':' {
-            return; // comment
-        }
-        let (name, value) = match memchr::memchr(b':', bytes) {
-            Some(c) => {
-                let mut v = c + 1;
-                if bytes.get(v) == Some(&b' ') {
-                    v += 1;
-                }
-                (&bytes[..c], line.start + v..line.end)
-            }
-            None => (bytes, line.end..line.end),
-        };
-        match name {
-            b"data" => match std::mem::replace(&mut self.data, Data::Many) {
-                Data::None => self.data = Data::One(value),
-                Data::One(first) => {
-                    let mut s = std::mem::take(&mut self.scratch);
-                    s.clear();
-                    s.extend_from_slice(self.block_slice(chunk, first));
-                    s.extend_from_slice(b"\n");
-                    s.extend_from_slice(self.block_slice(chunk, value));
-                    self.scratch = s;
-                }
-                Data::Many => {
-                    let mut s = std::mem::take(&mut self.scratch);
-                    s.extend_from_slice(b"\n");
-                    s.extend_from_slice(self.block_slice(chunk, value));
-                    self.scratch = s;
-                }
-            },
-            b"event" => self.event = Some(value),
-            b"id" => {
-                if memchr::memchr(0, self.block_slice(chunk, value.clone())).is_none() {
-                    self.id_valid = Some(value.clone());
-                }
-                self.id = Some(value);
-            }
-            b"retry" => {
-                let v = self.block_slice(chunk, value);
-                if !v.is_empty() && v.iter().all(u8::is_ascii_digit) {
-                    // Digits only; a value too large for u64 saturates.
-                    let n = v.iter().fold(0u64, |acc, d| {
-                        acc.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-                    });
-                    self.retry = Some(n);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// The blank line ending at `cur[..next]` closes the block.
-    pub(super) fn end_block(&mut self, chunk: &Bytes, next: usize) -> Found {
-        let size = self.line_start;
-        let raw = if self.partial.is_empty() {
-            Loc::Cur(self.start, next)
-        } else {
-            self.gather(&chunk[self.start..next]);
-            self.owned = self.partial.split().freeze();
-            self.note_released();
-            Loc::Owned
-        };
-        let block_start = self.start;
-        self.start = next;
-        self.line_start = 0;
-        if size > self.max {
-            self.reset_block();
-            return Found::plain(FrameKind::Oversized, raw);
-        }
-        if let Some(r) = self.id_valid.take() {
-            self.last_event_id = match raw {
-                Loc::Cur(..) => chunk.slice(block_start + r.start..block_start + r.end),
-                Loc::Owned => self.owned.slice(r),
-            };
-        }
-        if let Some(n) = self.retry {
-            self.reconnection_time = Some(n);
-        }
-        let data = match std::mem::replace(&mut self.data, Data::None) {
-            Data::None => {
-                self.reset_block();
-                return Found::plain(FrameKind::Skipped, raw);
-            }
-            Data::One(r) => Some(r),
-            Data::Many => {
-                self.joined = self.scratch.split().freeze();
-                None
-            }
-        };
-        Found {
-            kind: FrameKind::Event,
-            raw,
-            data,
-            event: self.event.take(),
-            id: self.id.take(),
-            retry: self.retry.take(),
-        }
-    }
-
-    pub(super) fn reset_block(&mut self) {
-        self.open_data = None;
-        self.data = Data::None;
-        self.event = None;
-        self.id = None;
-        self.id_valid = None;
-        self.retry = None;
     }
 }
