@@ -69,8 +69,8 @@ pub(crate) mod template;
 
 pub use body::rewrite_body;
 use scan::{
-    ChoiceScan, ChunkScan, ENVELOPE, FastChoice, FastChoices, ScanPrefix, fast_scan, has_finish,
-    scan_chunk,
+    ChoiceScan, ChunkScan, ENVELOPE, FastChoice, FastChoices, FastScan, ScanPrefix, fast_scan,
+    has_finish, scan_chunk,
 };
 use template::{ChunkTemplate, Contents, TEMPLATES};
 
@@ -273,8 +273,9 @@ impl ChatHandler {
             return self.slow_path(f);
         }
         match fast_scan(d, &mut self.fast, &mut self.holes, Some(&mut self.prefix)) {
-            Err(Invalid) => self.out.pass(f),
-            Ok(true) => {
+            // (Invalid or without choices: nothing to read.)
+            Err(Invalid) | Ok(FastScan::NoChoices) => self.out.pass(f),
+            Ok(FastScan::Read) => {
                 for k in 0..self.fast.len() {
                     let FastChoice { index, content } = self.fast[k].clone();
                     let Some(st) = index.and_then(|i| self.choice(i)) else {
@@ -291,7 +292,7 @@ impl ChatHandler {
                 self.out.pass(f);
             }
             // An escaped key, a finish or many choices: the full scan.
-            Ok(false) => self.slow_path(f),
+            Ok(FastScan::Defer) => self.slow_path(f),
         }
     }
 

@@ -409,14 +409,33 @@ fn envelope_key(key: &[u8]) -> Option<usize> {
     }
 }
 
+/// What the fast scan made of a chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FastScan {
+    /// Valid JSON; its choices (none finishing) are in the
+    /// [`FastChoices`], its varying tokens in the [`Holes`].
+    Read,
+    /// The full scan decides: an escaped key, a string `finish_reason`,
+    /// more than [`MAX_FAST_CHOICES`] choices.
+    Defer,
+    /// No choice, whatever the bytes after an empty `choices` array (not
+    /// validated): no escape and no `"choices"` follow it, so it is the
+    /// chunk's last `choices` member and the full scan reads no choice
+    /// either (or rejects the text). Such a chunk (a `usage`, a
+    /// moderation or content filter result) passes through either way,
+    /// so the rest of it (often most of it) is not scanned.
+    NoChoices,
+}
+
 /// The hot path's scan of one chunk: validates the whole JSON text and
-/// reads `choices[].index` and `choices[].delta.content`. Returns
-/// `Ok(false)` (the complete scanner decides) when a key has escapes
-/// (rare), at a choice object past [`MAX_FAST_CHOICES`] (rarer), or as
-/// soon as a `choices[].finish_reason` is a string: a
-/// finish chunk takes the cold path, which needs the full scan anyway,
-/// so it is scanned once. (Invalid JSON after that point is the full
-/// scan's to reject.)
+/// reads `choices[].index` and `choices[].delta.content`
+/// ([`FastScan::Read`]). Defers to the full scan ([`FastScan::Defer`])
+/// when a key has escapes (rare), at a choice object past
+/// [`MAX_FAST_CHOICES`] (rarer), or as soon as a `choices[].finish_reason`
+/// is a string: a finish chunk takes the cold path, which needs the full
+/// scan anyway, so it is scanned once. (Invalid JSON after that point is
+/// the full scan's to reject.) Stops at an empty `choices` array that no
+/// other can follow ([`FastScan::NoChoices`]).
 ///
 /// With `prefix`, a chunk starting like the one it holds is read from
 /// where that one's `choices` began, and the prefix is learned from a
@@ -426,7 +445,7 @@ pub(crate) fn fast_scan(
     out: &mut FastChoices,
     holes: &mut Holes,
     mut prefix: Option<&mut ScanPrefix>,
-) -> Result<bool, Invalid> {
+) -> Result<FastScan, Invalid> {
     out.clear();
     holes.clear();
     let mut c = Cursor::new(d);
@@ -452,7 +471,9 @@ pub(crate) fn fast_scan(
     let mut env = (learn && prefix.is_some()).then(PrefixEnvelope::default);
     while more {
         let key_at = c.i;
-        let Some(k) = c.key()? else { return Ok(false) };
+        let Some(k) = c.key()? else {
+            return Ok(FastScan::Defer);
+        };
         let key = &d[k];
         if key == b"choices" && c.peek() == b'[' {
             // (After a comma, and no hole before: one that varies would
@@ -470,7 +491,7 @@ pub(crate) fn fast_scan(
                 loop {
                     if c.peek() == b'{' {
                         if !fast_choice(&mut c, out, holes)? {
-                            return Ok(false);
+                            return Ok(FastScan::Defer);
                         }
                     } else {
                         c.skip(2)?;
@@ -479,6 +500,9 @@ pub(crate) fn fast_scan(
                         break;
                     }
                 }
+            }
+            if out.is_empty() && no_choices_key(&d[c.i..]) {
+                return Ok(FastScan::NoChoices);
             }
         } else if let Some(k) = envelope_key(key) {
             // The envelope: the same in every chunk of a stream.
@@ -508,7 +532,29 @@ pub(crate) fn fast_scan(
     if c.i != d.len() {
         return Err(Invalid);
     }
-    Ok(true)
+    Ok(FastScan::Read)
+}
+
+/// Whether `rest` (what follows a `choices` array) can hold no other
+/// `choices` key: it has no backslash (so no escaped key) and no
+/// `"choices"`. (Without escapes, a `"` always opens or closes a string,
+/// so a `choices` key would be that very text.)
+#[inline]
+fn no_choices_key(rest: &[u8]) -> bool {
+    static CHOICES: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"choices\""));
+    memchr::memchr(b'\\', rest).is_none() && CHOICES.find(rest).is_none()
+}
+
+/// [`fast_scan`] as "read": whether it read the choices (not deferred,
+/// not [`FastScan::NoChoices`]), for the tests.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn fast_reads(
+    d: &[u8],
+    out: &mut FastChoices,
+    holes: &mut Holes,
+) -> Result<bool, Invalid> {
+    Ok(fast_scan(d, out, holes, None)? == FastScan::Read)
 }
 
 /// One choice object (cursor on its `{`).

@@ -15,10 +15,11 @@ fn full(d: &str) -> Result<Read, Invalid> {
         .collect())
 }
 
-/// `Ok(None)`: the fast scan defers to the full scan.
+/// `Ok(None)`: the fast scan defers to the full scan (or stops at an
+/// empty `choices`).
 fn fast(d: &str) -> Result<Option<(Read, Vec<String>)>, Invalid> {
     let (mut cs, mut holes) = (FastChoices::default(), Holes::default());
-    if !fast_scan(d.as_bytes(), &mut cs, &mut holes, None)? {
+    if !fast_reads(d.as_bytes(), &mut cs, &mut holes)? {
         return Ok(None);
     }
     let read = cs
@@ -35,11 +36,73 @@ fn both_scans_read_the_same_choices() {
         r#"{"id":"c","choices":[{"index":0,"delta":{"content":"a\"b"},"finish_reason":null}]}"#,
         r#" { "choices" : [ { "delta" : { "content" : null } } , 3 ] } "#,
         r#"{"choices":[{"index":-1,"delta":{"content":"x","content":7}}]}"#,
-        r#"{"choices":[{"index":2,"delta":"s","finish_reason":{"a":1}}],"choices":[]}"#,
-        r#"{"usage":{"total_tokens":3},"choices":[]}"#,
+        r#"{"choices":[{"index":2,"delta":"s","finish_reason":{"a":1}}],"choices":[3],"n":"choices"}"#,
+        r#"{"usage":{"total_tokens":3},"choices":[],"x":"choices"}"#,
     ] {
         let (read, _) = fast(d).unwrap().expect("no escaped key, no finish");
         assert_eq!(Ok(read), full(d), "{d}");
+    }
+}
+
+/// The fast scan against the full scan on `d`: the same choices when it
+/// reads them, the same rejection, and no choice where it stops at an
+/// empty `choices` array.
+fn scans_agree(d: &[u8]) -> bool {
+    let (mut cs, mut holes) = (FastChoices::default(), Holes::default());
+    let (mut s, mut full) = (ChunkScan::default(), Vec::new());
+    let valid = scan_chunk(d, &mut s, &mut full, None).is_ok();
+    match fast_scan(d, &mut cs, &mut holes, None) {
+        Err(Invalid) => !valid,
+        Ok(FastScan::Defer) => true,
+        Ok(FastScan::NoChoices) => !valid || full.is_empty(),
+        Ok(FastScan::Read) => {
+            valid
+                && cs.len() == full.len()
+                && cs.iter().zip(&full).all(|(f, c)| {
+                    (f.index, &f.content, c.finish.is_none()) == (c.index, &c.content, true)
+                })
+        }
+    }
+}
+
+/// The fast scan stops at an empty `choices` array when neither an escape
+/// nor `"choices"` follows (whatever else does, even invalid JSON), and
+/// reads on otherwise; every chunk cut anywhere and with each byte
+/// replaced reads as the full scan reads it.
+#[test]
+fn the_fast_scan_stops_at_a_last_empty_choices_array() {
+    let stops = [
+        r#"{"usage":{"total_tokens":3},"choices":[]}"#,
+        r#"{"choices":[{"index":2,"delta":{"content":"x"}}],"choices":[]}"#,
+        r#"{"id":"c","choices":[ ],"usage":{"n":1,"d":{"a":[true,null]}}}"#,
+        r#"{"choices":[1,"a",[]],"moderation":{"flagged":false}}"#,
+        r#"{"choices":[],"usage":{"n":1"#,
+    ];
+    let reads = [
+        r#"{"choices":[],"choices":[{"index":0,"delta":{"content":"x"}}]}"#,
+        r#"{"choices":[],"x":"a\"choices\":[{}]"}"#,
+        r#"{"choices":[],"ch\u006fices":[{"delta":{"content":"x"}}]}"#,
+        r#"{"choices":[],"x":["choices"]}"#,
+        r#"{"choices":[{"index":0}],"usage":{}}"#,
+    ];
+    for (d, stop) in stops
+        .iter()
+        .map(|d| (d, true))
+        .chain(reads.iter().map(|d| (d, false)))
+    {
+        let (mut cs, mut holes) = (FastChoices::default(), Holes::default());
+        let got = fast_scan(d.as_bytes(), &mut cs, &mut holes, None);
+        assert_eq!(got == Ok(FastScan::NoChoices), stop, "{d}");
+        for cut in 0..=d.len() {
+            assert!(scans_agree(&d.as_bytes()[..cut]), "{d} cut at {cut}");
+            for b in [b'\\', b'"', b'[', b']', b'{', b'}', b':', b','] {
+                let mut m = d.as_bytes().to_vec();
+                if let Some(at) = m.get_mut(cut) {
+                    *at = b;
+                }
+                assert!(scans_agree(&m), "{d} with {b} at {cut}");
+            }
+        }
     }
 }
 
@@ -169,7 +232,8 @@ fn a_cached_envelope_reads_the_same() {
         let learn = format!(r#"{env}"choices":[{{"index":0,"delta":{{"content":"a"}}}}]}}"#);
         let mut p = ScanPrefix::default();
         let (mut cs, mut holes) = (FastChoices::default(), Holes::default());
-        assert!(fast_scan(learn.as_bytes(), &mut cs, &mut holes, Some(&mut p)).unwrap());
+        let read = fast_scan(learn.as_bytes(), &mut cs, &mut holes, Some(&mut p));
+        assert_eq!(read, Ok(FastScan::Read));
         // Only a prefix of envelope members keeps them.
         assert_eq!(p.envelope.is_some(), i < 2, "{env}");
         let chunks = [
