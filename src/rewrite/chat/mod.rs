@@ -47,6 +47,7 @@
 //! * `body.rs`: the whole-body rewriter.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -69,8 +70,8 @@ pub(crate) mod template;
 
 pub use body::rewrite_body;
 use scan::{
-    ChoiceScan, ChunkScan, ENVELOPE, FastChoice, FastChoices, FastScan, ScanPrefix, fast_scan,
-    has_finish, scan_chunk,
+    ChoiceScan, ChunkScan, ENVELOPE, ENVELOPE_KEYS, FastChoice, FastChoices, FastScan, ScanPrefix,
+    fast_scan, has_finish, scan_chunk,
 };
 use template::{ChunkTemplate, Contents, TEMPLATES};
 
@@ -369,10 +370,17 @@ impl ChatHandler {
         let d = e.data();
         self.finished += self.end_choices(scans);
         let scans = &*scans;
-        let mut envelope = std::mem::take(&mut self.last_envelope);
-        envelope_members(d, scan, &mut envelope);
+        let envelope = Envelope {
+            d,
+            spans: &scan.envelope,
+        };
         let top = !self.top_done && self.finished >= self.opts.n;
         self.top_done |= top;
+        if !self.top_done {
+            // (For a trailing chunk: only while the additions are due.)
+            self.last_envelope.clear();
+            envelope.write(&mut self.last_envelope);
+        }
 
         let annotate = self.opts.dialect.sources;
         let marked = |h: &Self, i: u32| annotate && !h.choices[i as usize].markers.is_empty();
@@ -390,7 +398,6 @@ impl ChatHandler {
                 self.out.push(chunk);
             }
         }
-        self.last_envelope = envelope;
         // The finish chunk itself.
         let mut sp = Splice::new();
         if split {
@@ -469,17 +476,18 @@ impl ChatHandler {
     /// as an SSE event and written into a buffer of exactly its size (no
     /// growth, no second copy: the memory it holds until the client reads
     /// it is the bytes it takes on the wire).
-    fn annotations_chunk(&self, envelope: &[u8], idx: u32) -> Bytes {
+    fn annotations_chunk(&self, envelope: &Envelope<'_>, idx: u32) -> Bytes {
         const HEAD: &[u8] = b"\"choices\":[{\"index\":";
         const DELTA: &[u8] = b",\"delta\":{\"annotations\":";
         const TAIL: &[u8] = b"},\"finish_reason\":null}]}";
         let markers = &self.choices[idx as usize].markers;
         let mut digits = [0u8; 20];
         let index = decimal(u64::from(idx), &mut digits);
-        let comma = usize::from(!envelope.is_empty());
+        let members = envelope.len();
+        let comma = usize::from(members > 0);
         let annotations = annotations_len(&self.sources, markers);
         let len = b"data: {".len()
-            + envelope.len()
+            + members
             + comma
             + HEAD.len()
             + index.len()
@@ -489,7 +497,7 @@ impl ChatHandler {
             + b"\n\n".len();
         let mut ev = Vec::with_capacity(len);
         ev.extend_from_slice(b"data: {");
-        ev.extend_from_slice(envelope);
+        envelope.write(&mut ev);
         if comma == 1 {
             ev.push(b',');
         }
@@ -588,25 +596,36 @@ fn finishing_choices(d: &[u8], scans: &[ChoiceScan]) -> Vec<u8> {
     arr
 }
 
-/// `"id":…,"object":…,…` from the chunk's envelope members present,
-/// written into `out` (cleared; sized exactly).
-fn envelope_members(d: &[u8], scan: &ChunkScan, out: &mut Vec<u8>) {
-    out.clear();
-    let members = ENVELOPE.iter().zip(&scan.envelope);
-    let len: usize = members
-        .clone()
-        .filter_map(|(name, span)| Some(name.len() + 4 + span.as_ref()?.len()))
-        .sum();
-    out.reserve_exact(len.saturating_sub(1));
-    for (name, span) in members {
-        if let Some(r) = span {
-            if !out.is_empty() {
+/// A chunk's envelope members present (`id`, `object`, … as the full scan
+/// found them), to write as `"id":…,"object":…,…`.
+struct Envelope<'a> {
+    d: &'a [u8],
+    spans: &'a [Option<Range<usize>>; ENVELOPE.len()],
+}
+
+impl Envelope<'_> {
+    fn members(&self) -> impl Iterator<Item = (&'static [u8], &[u8])> + '_ {
+        ENVELOPE_KEYS
+            .iter()
+            .zip(self.spans)
+            .filter_map(|(k, r)| Some((*k, self.d.get(r.clone()?)?)))
+    }
+
+    /// The length of [`write`](Self::write)'s text.
+    fn len(&self) -> usize {
+        let members = self.members().map(|(k, v)| k.len() + v.len() + 1);
+        members.sum::<usize>().saturating_sub(1)
+    }
+
+    /// Appends the members, comma-separated.
+    fn write(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len());
+        for (n, (k, v)) in self.members().enumerate() {
+            if n > 0 {
                 out.push(b',');
             }
-            out.push(b'"');
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b"\":");
-            out.extend_from_slice(&d[r.clone()]);
+            out.extend_from_slice(k);
+            out.extend_from_slice(v);
         }
     }
 }

@@ -62,6 +62,15 @@ pub(crate) struct ChunkScan {
 
 pub(crate) const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "system_fingerprint"];
 
+/// The [`ENVELOPE`] keys as written: with their quotes and colon.
+pub(crate) const ENVELOPE_KEYS: [&[u8]; ENVELOPE.len()] = [
+    b"\"id\":",
+    b"\"object\":",
+    b"\"created\":",
+    b"\"model\":",
+    b"\"system_fingerprint\":",
+];
+
 /// Scans one chunk's JSON. `choices` receives one entry per choice object.
 ///
 /// A [`Cursor`] walk like the fast scan's (same grammar, same nesting

@@ -300,3 +300,10 @@ fn both_scans_reject_invalid_json() {
         assert_eq!(full(d), Err(Invalid), "{d:?}");
     }
 }
+
+#[test]
+fn envelope_keys_are_the_envelope_names_quoted() {
+    for (name, key) in ENVELOPE.iter().zip(ENVELOPE_KEYS) {
+        assert_eq!(key, format!("\"{name}\":").as_bytes());
+    }
+}
