@@ -339,25 +339,30 @@ impl std::ops::Deref for FastChoices {
 }
 
 /// The validated start of a recent chunk: its bytes up to its first
-/// top-level `choices` key, when members without holes (the envelope:
-/// `id`, `object`, `created`, `model`, …, the same in every chunk of a
-/// stream) come before it. A chunk that starts with the same bytes reads
-/// the same up to there (the same bytes parse the same way), so the fast
-/// scan compares them (one `memcmp`) instead of scanning them again.
+/// top-level `choices` key, when members (the envelope: `id`, `object`,
+/// `created`, `model`, …, the same in every chunk of a stream; a
+/// `service_tier`, a `provider`) come before it. A chunk that starts with
+/// the same bytes reads the same up to there (the same bytes parse the
+/// same way, with the same holes), so the fast scan compares them (one
+/// `memcmp`) and takes the holes found there instead of scanning them
+/// again.
 ///
-/// When every member of the prefix is an envelope member, it also keeps
-/// their value spans and where the last one ends, so that the full scan
-/// of a finish chunk starting with the same bytes ([`scan_chunk`] with
-/// the prefix) sets them without scanning them again.
+/// When no member of the prefix is one the full scan reads but the
+/// envelope (`usage`, `sources`, `citations`), it also keeps the envelope
+/// spans and where the last member ends, so that the full scan of a
+/// finish chunk starting with the same bytes ([`scan_chunk`] with the
+/// prefix) sets them without scanning them again.
 #[derive(Debug, Default)]
 pub(crate) struct ScanPrefix {
     bytes: Vec<u8>,
-    /// The envelope spans, when the prefix holds nothing else.
+    /// The holes in `bytes`.
+    holes: Holes,
+    /// The envelope spans, when the full scan reads nothing else there.
     envelope: Option<PrefixEnvelope>,
 }
 
-/// What the full scan reads of a [`ScanPrefix`] made of envelope members
-/// only.
+/// What the full scan reads of a [`ScanPrefix`]: the envelope, no other
+/// member it reads.
 #[derive(Clone, Debug, Default)]
 struct PrefixEnvelope {
     spans: [Option<Range<usize>>; 5],
@@ -377,9 +382,10 @@ impl ScanPrefix {
         (n > 0 && d.get(..n)? == self.bytes.as_slice()).then_some(n)
     }
 
-    fn record(&mut self, prefix: &[u8], envelope: Option<PrefixEnvelope>) {
+    fn record(&mut self, prefix: &[u8], holes: &Holes, envelope: Option<PrefixEnvelope>) {
         self.bytes.clear();
         self.bytes.extend_from_slice(prefix);
+        self.holes.copy_from(holes);
         self.envelope = envelope;
     }
 }
@@ -464,6 +470,9 @@ pub(crate) fn fast_scan(
     let mut more = match resumed {
         // (After a comma: a key must follow.)
         Some(at) => {
+            if let Some(p) = prefix.as_deref() {
+                holes.copy_from(&p.holes);
+            }
             c.i = at;
             c.ws();
             true
@@ -476,7 +485,7 @@ pub(crate) fn fast_scan(
     };
     let mut members = 0;
     // The envelope spans of the members read so far, while learning the
-    // prefix and as long as they are all envelope members.
+    // prefix and as long as the full scan reads nothing else there.
     let mut env = (learn && prefix.is_some()).then(PrefixEnvelope::default);
     while more {
         let key_at = c.i;
@@ -485,11 +494,10 @@ pub(crate) fn fast_scan(
         };
         let key = &d[k];
         if key == b"choices" && c.peek() == b'[' {
-            // (After a comma, and no hole before: one that varies would
-            // make the prefix differ from chunk to chunk.)
-            if learn && members > 0 && holes.is_empty() && key_at <= MAX_PREFIX {
+            // (After a comma.)
+            if learn && members > 0 && key_at <= MAX_PREFIX {
                 if let Some(p) = prefix.as_deref_mut() {
-                    p.record(&d[..key_at], env.take());
+                    p.record(&d[..key_at], holes, env.take());
                 }
             }
             learn = false;
@@ -519,20 +527,26 @@ pub(crate) fn fast_scan(
             c.skip(1)?;
             if let Some(e) = env.as_mut() {
                 e.spans[k] = Some(start..c.i);
-                e.last_end = c.i;
             }
-        } else if matches!(c.peek(), b'[' | b'{') {
-            // Inside other top-level arrays and objects numbers vary
-            // (a running `usage`) but strings repeat (Perplexity's
-            // `citations`): only the numbers are holes. (A string
-            // that does change only makes the template miss.)
-            env = None;
-            c.skip_number_holes(1, holes)?;
         } else {
-            // Other top-level strings and numbers may vary from chunk
-            // to chunk (`obfuscation`): holes in a learned template.
-            env = None;
-            c.skip_holes(1, holes)?;
+            if matches!(key, b"usage" | b"sources" | b"citations") {
+                // (Read by the full scan.)
+                env = None;
+            }
+            if matches!(c.peek(), b'[' | b'{') {
+                // Inside other top-level arrays and objects numbers vary
+                // (a running `usage`) but strings repeat (Perplexity's
+                // `citations`): only the numbers are holes. (A string
+                // that does change only makes the template miss.)
+                c.skip_number_holes(1, holes)?;
+            } else {
+                // Other top-level strings and numbers may vary from chunk
+                // to chunk (`obfuscation`): holes in a learned template.
+                c.skip_holes(1, holes)?;
+            }
+        }
+        if let Some(e) = env.as_mut() {
+            e.last_end = c.i;
         }
         members += 1;
         more = c.more(b'}')?;
