@@ -28,14 +28,6 @@ impl Holes {
         self.n = 0;
     }
 
-    /// Makes the list a copy of `other` (only the holes it holds: no copy
-    /// of the whole inline array).
-    #[inline]
-    pub fn copy_from(&mut self, other: &Holes) {
-        self.n = other.n;
-        self.at[..other.n].clone_from_slice(&other.at[..other.n]);
-    }
-
     /// Records a hole unless the list is full.
     #[inline(always)]
     pub fn push(&mut self, r: Range<usize>) {

@@ -355,11 +355,16 @@ impl std::ops::Deref for FastChoices {
 #[derive(Debug, Default)]
 pub(crate) struct ScanPrefix {
     bytes: Vec<u8>,
-    /// The holes in `bytes`.
-    holes: Holes,
+    /// The holes in `bytes` (the first `n_holes`; inline and small: the
+    /// prefix is at most [`MAX_PREFIX`] bytes).
+    holes: [(u16, u16); PREFIX_HOLES],
+    n_holes: usize,
     /// The envelope spans, when the full scan reads nothing else there.
     envelope: Option<PrefixEnvelope>,
 }
+
+/// Most holes in a [`ScanPrefix`] (a start with more is not kept).
+const PREFIX_HOLES: usize = 8;
 
 /// What the full scan reads of a [`ScanPrefix`]: the envelope, no other
 /// member it reads.
@@ -384,9 +389,30 @@ impl ScanPrefix {
 
     fn record(&mut self, prefix: &[u8], holes: &Holes, envelope: Option<PrefixEnvelope>) {
         self.bytes.clear();
+        self.envelope = None;
+        self.n_holes = 0;
+        if holes.len() > PREFIX_HOLES {
+            return;
+        }
+        for (slot, h) in self.holes.iter_mut().zip(holes.iter()) {
+            let (Ok(start), Ok(end)) = (u16::try_from(h.start), u16::try_from(h.end)) else {
+                self.n_holes = 0;
+                return;
+            };
+            *slot = (start, end);
+            self.n_holes += 1;
+        }
         self.bytes.extend_from_slice(prefix);
-        self.holes.copy_from(holes);
         self.envelope = envelope;
+    }
+
+    /// The holes in the prefix, into `holes` (cleared).
+    #[inline]
+    fn holes_into(&self, holes: &mut Holes) {
+        holes.clear();
+        for &(start, end) in self.holes.get(..self.n_holes).unwrap_or_default() {
+            holes.push(usize::from(start)..usize::from(end));
+        }
     }
 }
 
@@ -471,7 +497,7 @@ pub(crate) fn fast_scan(
         // (After a comma: a key must follow.)
         Some(at) => {
             if let Some(p) = prefix.as_deref() {
-                holes.copy_from(&p.holes);
+                p.holes_into(holes);
             }
             c.i = at;
             c.ws();

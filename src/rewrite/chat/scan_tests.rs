@@ -185,11 +185,16 @@ fn a_learned_prefix_reads_the_same() {
         r#"{"id":"c","service_tier":"default","n":7,"created":1,"#,
         r#"{"usage":{"n":1,"m":"x"},"id":"c", "#,
     ] {
-        prefix_reads_the_same(env);
+        assert_eq!(prefix_reads_the_same(env), env.as_bytes());
     }
+    // More holes than a prefix keeps: none learned.
+    let many = format!(r#"{{"id":"c",{}"#, r#""a":"x","#.repeat(PREFIX_HOLES + 1));
+    assert_eq!(prefix_reads_the_same(&many), b"");
 }
 
-fn prefix_reads_the_same(env: &str) {
+/// Scans chunks starting with `env` (and others) with a prefix and
+/// without; returns the prefix learned.
+fn prefix_reads_the_same(env: &str) -> Vec<u8> {
     let mut chunks: Vec<String> = vec![
         format!(r#"{env}"choices":[{{"index":0,"delta":{{"content":"a"}}}}]}}"#),
         format!(r#"{env}"choices":[{{"index":1,"delta":{{"content":"b"}}}}],"x":"y"}}"#),
@@ -222,7 +227,7 @@ fn prefix_reads_the_same(env: &str) {
             assert_eq!(got, want, "{d}");
         }
     }
-    assert_eq!(prefix.bytes, env.as_bytes());
+    prefix.bytes
 }
 
 /// The full scan reads the same with the envelope of a prefix learned
