@@ -141,7 +141,6 @@ pub struct ChatHandler {
     /// Envelope members of the latest finish chunk, for a trailing chunk.
     last_envelope: Vec<u8>,
     out: Out,
-    scan: ChunkScan,
     scans: Vec<ChoiceScan>,
     /// The choices of the last fast scan (inline: no allocation).
     fast: FastChoices,
@@ -184,7 +183,6 @@ impl ChatStream {
                 top_done: false,
                 last_envelope: Vec::new(),
                 out: Out::default(),
-                scan: ChunkScan::default(),
                 // (Allocated on first use: a stream of only `[DONE]` or
                 // errors needs none of them.)
                 scans: Vec::new(),
@@ -303,13 +301,13 @@ impl ChatHandler {
         let Frame::Event(e) = f.to_frame() else {
             return self.out.pass(f);
         };
-        let mut scan = std::mem::take(&mut self.scan);
+        // (A finish chunk's scan: once or twice per stream, not kept.)
+        let mut scan = ChunkScan::default();
         let mut scans = std::mem::take(&mut self.scans);
         match scan_chunk(e.data(), &mut scan, &mut scans, Some(&self.prefix)) {
             Ok(()) => self.chunk(&e, &scan, &mut scans),
             Err(Invalid) => self.emit(e.raw().clone()),
         }
-        self.scan = scan;
         self.scans = scans;
     }
 
