@@ -51,11 +51,11 @@ pub fn fast_scan(d: &[u8]) -> Result<FastRead, Invalid> {
 /// [`Invalid`] when `d` is not valid JSON (or not an object).
 pub fn full_scan(d: &[u8]) -> Result<Vec<ChoiceRead>, Invalid> {
     let mut scan = crate::rewrite::chat::scan::ChunkScan::default();
-    let mut out = Vec::new();
+    let mut out = crate::rewrite::chat::scan::ChoiceScans::default();
     crate::rewrite::chat::scan::scan_chunk(d, &mut scan, &mut out, None)?;
     Ok(out
-        .into_iter()
-        .map(|c| (c.index, c.content, c.finish.is_some()))
+        .iter()
+        .map(|c| (c.index, c.content.clone(), c.finish.is_some()))
         .collect())
 }
 

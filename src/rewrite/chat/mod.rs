@@ -70,8 +70,8 @@ pub(crate) mod template;
 
 pub use body::rewrite_body;
 use scan::{
-    ChoiceScan, ChunkScan, ENVELOPE, ENVELOPE_KEYS, FastChoice, FastChoices, FastScan, ScanPrefix,
-    fast_scan, has_finish, scan_chunk,
+    ChoiceScan, ChoiceScans, ChunkScan, ENVELOPE, ENVELOPE_KEYS, FastChoice, FastChoices, FastScan,
+    ScanPrefix, fast_scan, has_finish, scan_chunk,
 };
 use template::{ChunkTemplate, Contents, TEMPLATES};
 
@@ -141,7 +141,6 @@ pub struct ChatHandler {
     /// Envelope members of the latest finish chunk, for a trailing chunk.
     last_envelope: Vec<u8>,
     out: Out,
-    scans: Vec<ChoiceScan>,
     /// The choices of the last fast scan (inline: no allocation).
     fast: FastChoices,
     /// The varying tokens of the last fast scan (inline: no allocation).
@@ -183,9 +182,6 @@ impl ChatStream {
                 top_done: false,
                 last_envelope: Vec::new(),
                 out: Out::default(),
-                // (Allocated on first use: a stream of only `[DONE]` or
-                // errors needs none of them.)
-                scans: Vec::new(),
                 fast: FastChoices::default(),
                 holes: Holes::default(),
                 prefix: ScanPrefix::default(),
@@ -303,12 +299,11 @@ impl ChatHandler {
         };
         // (A finish chunk's scan: once or twice per stream, not kept.)
         let mut scan = ChunkScan::default();
-        let mut scans = std::mem::take(&mut self.scans);
+        let mut scans = ChoiceScans::default();
         match scan_chunk(e.data(), &mut scan, &mut scans, Some(&self.prefix)) {
             Ok(()) => self.chunk(&e, &scan, &mut scans),
             Err(Invalid) => self.emit(e.raw().clone()),
         }
-        self.scans = scans;
     }
 
     #[inline]

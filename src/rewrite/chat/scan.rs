@@ -47,6 +47,62 @@ pub(crate) struct ChoiceScan {
     pub(crate) ending: bool,
 }
 
+/// Choices inline in a [`ChoiceScans`] (a finish chunk has one, or a
+/// few with `n` > 1).
+const INLINE_SCANS: usize = 2;
+
+/// What the full scan reads of a chunk's choices: the first
+/// [`INLINE_SCANS`] inline (no allocation), all on the heap once there
+/// are more. Derefs to the choices read.
+#[derive(Debug, Default)]
+pub(crate) struct ChoiceScans {
+    n: usize,
+    inline: [ChoiceScan; INLINE_SCANS],
+    /// All of them, when more than fit inline.
+    more: Vec<ChoiceScan>,
+}
+
+impl ChoiceScans {
+    pub(crate) fn clear(&mut self) {
+        self.n = 0;
+        self.more.clear();
+    }
+
+    fn push(&mut self, c: ChoiceScan) {
+        if self.more.is_empty() {
+            if let Some(slot) = self.inline.get_mut(self.n) {
+                *slot = c;
+                self.n += 1;
+                return;
+            }
+            self.more.extend(self.inline.iter_mut().map(std::mem::take));
+        }
+        self.more.push(c);
+    }
+}
+
+impl std::ops::Deref for ChoiceScans {
+    type Target = [ChoiceScan];
+
+    fn deref(&self) -> &[ChoiceScan] {
+        if self.more.is_empty() {
+            self.inline.get(..self.n).unwrap_or_default()
+        } else {
+            &self.more
+        }
+    }
+}
+
+impl std::ops::DerefMut for ChoiceScans {
+    fn deref_mut(&mut self) -> &mut [ChoiceScan] {
+        if self.more.is_empty() {
+            self.inline.get_mut(..self.n).unwrap_or_default()
+        } else {
+            &mut self.more
+        }
+    }
+}
+
 /// What the scanner reads of one chunk.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkScan {
@@ -82,7 +138,7 @@ pub(crate) const ENVELOPE_KEYS: [&[u8]; ENVELOPE.len()] = [
 pub(crate) fn scan_chunk(
     d: &[u8],
     s: &mut ChunkScan,
-    choices: &mut Vec<ChoiceScan>,
+    choices: &mut ChoiceScans,
     prefix: Option<&ScanPrefix>,
 ) -> Result<(), Invalid> {
     s.usage = None;
@@ -145,7 +201,7 @@ pub(crate) fn scan_chunk(
 
 /// A top-level member other than an unescaped `choices` array, its value
 /// (valid) ending at `end`.
-fn top_member(d: &[u8], m: Member, end: usize, s: &mut ChunkScan, choices: &mut Vec<ChoiceScan>) {
+fn top_member(d: &[u8], m: Member, end: usize, s: &mut ChunkScan, choices: &mut ChoiceScans) {
     if m.key_escaped {
         // Rare: compare decoded keys.
         if m.key_is(d, "choices") {
@@ -176,7 +232,7 @@ fn top_member(d: &[u8], m: Member, end: usize, s: &mut ChunkScan, choices: &mut 
 }
 
 /// The `choices` array at `d[at]` (a `[`); returns its end.
-fn scan_choices(d: &[u8], at: usize, out: &mut Vec<ChoiceScan>) -> Result<usize, Invalid> {
+fn scan_choices(d: &[u8], at: usize, out: &mut ChoiceScans) -> Result<usize, Invalid> {
     let mut c = Cursor::new(d);
     c.i = at;
     c.eat(b'[')?;
@@ -428,9 +484,9 @@ pub(crate) fn scan_with_prefix(learn: &[u8], d: &[u8]) -> (String, String) {
         Some(&mut prefix),
     );
     let scan = |p: Option<&ScanPrefix>| {
-        let (mut s, mut cs) = (ChunkScan::default(), Vec::new());
+        let (mut s, mut cs) = (ChunkScan::default(), ChoiceScans::default());
         match scan_chunk(d, &mut s, &mut cs, p) {
-            Ok(()) => format!("{s:?} {cs:?}"),
+            Ok(()) => format!("{s:?} {:?}", &cs[..]),
             Err(Invalid) => "invalid".to_owned(),
         }
     };

@@ -6,7 +6,7 @@ use super::*;
 type Read = Vec<(Option<u32>, Option<String>, bool)>;
 
 fn full(d: &str) -> Result<Read, Invalid> {
-    let (mut s, mut cs) = (ChunkScan::default(), Vec::new());
+    let (mut s, mut cs) = (ChunkScan::default(), ChoiceScans::default());
     scan_chunk(d.as_bytes(), &mut s, &mut cs, None)?;
     let body = |r: &Range<usize>| d[r.clone()].to_owned();
     Ok(cs
@@ -49,7 +49,7 @@ fn both_scans_read_the_same_choices() {
 /// empty `choices` array.
 fn scans_agree(d: &[u8]) -> bool {
     let (mut cs, mut holes) = (FastChoices::default(), Holes::default());
-    let (mut s, mut full) = (ChunkScan::default(), Vec::new());
+    let (mut s, mut full) = (ChunkScan::default(), ChoiceScans::default());
     let valid = scan_chunk(d, &mut s, &mut full, None).is_ok();
     match fast_scan(d, &mut cs, &mut holes, None) {
         Err(Invalid) => !valid,
@@ -58,7 +58,7 @@ fn scans_agree(d: &[u8]) -> bool {
         Ok(FastScan::Read) => {
             valid
                 && cs.len() == full.len()
-                && cs.iter().zip(&full).all(|(f, c)| {
+                && cs.iter().zip(full.iter()).all(|(f, c)| {
                     (f.index, &f.content, c.finish.is_none()) == (c.index, &c.content, true)
                 })
         }
@@ -139,7 +139,7 @@ fn the_fast_scan_defers_chunks_with_many_choices() {
 #[test]
 fn the_full_scan_reads_envelope_usage_and_escaped_keys() {
     let d = r#"{"id":"c","model":"m","choices":[],"usage":{"a":1},"sources":[],"created":1}"#;
-    let (mut s, mut cs) = (ChunkScan::default(), Vec::new());
+    let (mut s, mut cs) = (ChunkScan::default(), ChoiceScans::default());
     scan_chunk(d.as_bytes(), &mut s, &mut cs, None).unwrap();
     assert_eq!(s.envelope[0].clone().map(|r| &d[r]), Some("\"c\""));
     assert_eq!(s.envelope[2].clone().map(|r| &d[r]), Some("1"));
@@ -322,5 +322,27 @@ fn both_scans_reject_invalid_json() {
 fn envelope_keys_are_the_envelope_names_quoted() {
     for (name, key) in ENVELOPE.iter().zip(ENVELOPE_KEYS) {
         assert_eq!(key, format!("\"{name}\":").as_bytes());
+    }
+}
+
+/// The choices list keeps its order across the move from inline to the
+/// heap, and is empty again after `clear`.
+#[test]
+fn choice_scans_spill_in_order() {
+    let mut cs = ChoiceScans::default();
+    for round in 0..2 {
+        for i in 0..5 {
+            cs.push(ChoiceScan {
+                index: Some(i),
+                ..ChoiceScan::default()
+            });
+            let got: Vec<_> = cs.iter().map(|c| c.index).collect();
+            let want: Vec<_> = (0..=i).map(Some).collect();
+            assert_eq!(got, want, "round {round}");
+        }
+        cs[4].ending = true;
+        assert!(cs.last().is_some_and(|c| c.ending));
+        cs.clear();
+        assert!(cs.is_empty());
     }
 }
