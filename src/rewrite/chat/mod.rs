@@ -61,7 +61,7 @@ use crate::rewrite::additions::{
 use crate::rewrite::driver::{Handler, Out, SseRewriter, Tail};
 use crate::rewrite::{MAX_CHOICES, RewriteOptions};
 use crate::sources::{Sources, decimal};
-use crate::sse::{self, Event, Frame, FrameKind, FrameRef, Parser};
+use crate::sse::{self, FrameKind, FrameRef, Parser};
 
 mod body;
 mod fused;
@@ -246,10 +246,6 @@ impl Handler for ChatHandler {
 }
 
 impl ChatHandler {
-    fn emit(&mut self, b: Bytes) {
-        self.out.push(b);
-    }
-
     #[inline]
     fn event(&mut self, f: &FrameRef<'_>) {
         if self.sources.is_empty() || f.event_type() != b"message" {
@@ -294,15 +290,12 @@ impl ChatHandler {
     /// The complete scan of a chunk, for finish chunks and chunks with
     /// escaped keys.
     fn slow_path(&mut self, f: &FrameRef<'_>) {
-        let Frame::Event(e) = f.to_frame() else {
-            return self.out.pass(f);
-        };
         // (A finish chunk's scan: once or twice per stream, not kept.)
         let mut scan = ChunkScan::default();
         let mut scans = ChoiceScans::default();
-        match scan_chunk(e.data(), &mut scan, &mut scans, Some(&self.prefix)) {
-            Ok(()) => self.chunk(&e, &scan, &mut scans),
-            Err(Invalid) => self.emit(e.raw().clone()),
+        match scan_chunk(f.data(), &mut scan, &mut scans, Some(&self.prefix)) {
+            Ok(()) => self.chunk(f, &scan, &mut scans),
+            Err(Invalid) => self.out.pass(f),
         }
     }
 
@@ -334,7 +327,7 @@ impl ChatHandler {
         Some(&mut self.choices[i])
     }
 
-    fn chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
+    fn chunk(&mut self, e: &FrameRef<'_>, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
         let d = e.data();
         let mut finishing = false;
         for c in scans.iter() {
@@ -350,7 +343,7 @@ impl ChatHandler {
             finishing |= c.finish.is_some();
         }
         if !finishing {
-            return self.emit(e.raw().clone());
+            return self.out.pass(e);
         }
         self.finish_chunk(e, scan, scans);
     }
@@ -359,7 +352,7 @@ impl ChatHandler {
     ///
     /// Each piece goes out as soon as it is written, each into a buffer
     /// of its exact size (no growth, no intermediate copy).
-    fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
+    fn finish_chunk(&mut self, e: &FrameRef<'_>, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
         let d = e.data();
         self.finished += self.end_choices(scans);
         let scans = &*scans;
@@ -435,7 +428,7 @@ impl ChatHandler {
                 self.out.swallow_line_end = e.raw().ends_with(b"\r");
             }
         } else {
-            self.out.push(e.raw().clone());
+            self.out.pass(e);
         }
     }
 
@@ -550,7 +543,7 @@ impl ChatHandler {
 
 /// The content part of a finish chunk that is split: `finish_reason: null`
 /// for the `ending` choices, `usage` moved to the finish chunk.
-fn content_part(e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) -> Bytes {
+fn content_part(e: &FrameRef<'_>, scan: &ChunkScan, scans: &[ChoiceScan]) -> Bytes {
     let d = e.data();
     let mut sp = Splice::new();
     for c in scans.iter().filter(|c| c.ending) {
