@@ -10,17 +10,23 @@
 //! full scan ([`scan_chunk`]) also reads `finish_reason`, the envelope
 //! (`id`, `object`, `created`, `model`, `system_fingerprint`), `usage`, the
 //! spans a finish chunk's rewrite needs, and escaped keys. When the fast
-//! scan does not defer, both read the same index and content for every
-//! choice and no finish (the `chat_scan` fuzz target checks this, and
-//! templates against both); the fast scan rejects only invalid texts, and
-//! every invalid text it does not defer. Both are [`Cursor`] walks with
-//! the same grammar and nesting depths as [`json::scan_value`].
+//! scan reads a chunk ([`FastScan::Read`]), both read the same index and
+//! content for every choice and no finish (the `chat_scan` fuzz target
+//! checks this, and templates against both); the fast scan rejects only
+//! invalid texts, and every invalid text it neither defers nor stops
+//! early in. It stops early ([`FastScan::NoChoices`]) at an empty
+//! `choices` array that no other `choices` key can follow: the full scan
+//! then reads no choice either, or rejects the text, and the chunk (a
+//! `usage`, a moderation or content filter result) passes through either
+//! way. Both are [`Cursor`] walks with the same grammar and nesting
+//! depths as [`json::scan_value`].
 //!
 //! Two shortcuts, neither changing what is read: [`has_finish`] sends a
 //! chunk with a string `finish_reason` straight to the full scan (no fast
 //! scan up to its finish first), and a [`ScanPrefix`] lets the fast scan
 //! compare a chunk's envelope with a recent chunk's, already validated,
-//! instead of scanning it again.
+//! instead of scanning it again (and the full scan take its envelope
+//! spans).
 
 use std::ops::Range;
 use std::sync::LazyLock;
