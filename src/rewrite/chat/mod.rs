@@ -37,7 +37,8 @@
 //!
 //! # Files
 //!
-//! * `scan.rs`: the chunk scanner (the fast scan and the full scan);
+//! * `scan.rs`: the chunk scanner (the fast scan and the full scan), with
+//!   `scan_prefix.rs`, the validated start of a recent chunk;
 //! * `template.rs`: the template learner (the hot path);
 //! * `fused.rs`: learning and matching templates for [`ChatHandler`], on
 //!   parsed events and on whole events in the input pieces (the fused

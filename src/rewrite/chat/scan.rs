@@ -34,7 +34,12 @@ use std::sync::LazyLock;
 use memchr::memmem;
 
 use crate::json::{self, Cursor, Field, Holes, Invalid, Member};
+
 use crate::rewrite::additions::Existing;
+#[cfg(test)]
+use prefix::PREFIX_HOLES;
+pub(crate) use prefix::ScanPrefix;
+use prefix::{MAX_PREFIX, PrefixEnvelope};
 
 /// What the scanner reads of one choice in a chunk.
 #[derive(Clone, Debug, Default)]
@@ -400,84 +405,6 @@ impl std::ops::Deref for FastChoices {
     }
 }
 
-/// The validated start of a recent chunk: its bytes up to its first
-/// top-level `choices` key, when members (the envelope: `id`, `object`,
-/// `created`, `model`, …, the same in every chunk of a stream; a
-/// `service_tier`, a `provider`) come before it. A chunk that starts with
-/// the same bytes reads the same up to there (the same bytes parse the
-/// same way, with the same holes), so the fast scan compares them (one
-/// `memcmp`) and takes the holes found there instead of scanning them
-/// again.
-///
-/// When no member of the prefix is one the full scan reads but the
-/// envelope (`usage`, `sources`, `citations`), it also keeps the envelope
-/// spans and where the last member ends, so that the full scan of a
-/// finish chunk starting with the same bytes ([`scan_chunk`] with the
-/// prefix) sets them without scanning them again.
-#[derive(Debug, Default)]
-pub(crate) struct ScanPrefix {
-    bytes: Vec<u8>,
-    /// The holes in `bytes` (the first `n_holes`; inline and small: the
-    /// prefix is at most [`MAX_PREFIX`] bytes).
-    holes: [(u16, u16); PREFIX_HOLES],
-    n_holes: usize,
-    /// The envelope spans, when the full scan reads nothing else there.
-    envelope: Option<PrefixEnvelope>,
-}
-
-/// Most holes in a [`ScanPrefix`] (a start with more is not kept).
-const PREFIX_HOLES: usize = 8;
-
-/// What the full scan reads of a [`ScanPrefix`]: the envelope, no other
-/// member it reads.
-#[derive(Clone, Debug, Default)]
-struct PrefixEnvelope {
-    spans: [Option<Range<usize>>; 5],
-    /// End of the last member's value (the full scan's `prev_end`).
-    last_end: usize,
-}
-
-/// Longest [`ScanPrefix`] kept.
-const MAX_PREFIX: usize = 512;
-
-impl ScanPrefix {
-    /// Where the fast scan of `d` goes on (after the comma before a
-    /// top-level key, maybe in whitespace) when `d` starts with the prefix.
-    #[inline]
-    fn resume(&self, d: &[u8]) -> Option<usize> {
-        let n = self.bytes.len();
-        (n > 0 && d.get(..n)? == self.bytes.as_slice()).then_some(n)
-    }
-
-    fn record(&mut self, prefix: &[u8], holes: &Holes, envelope: Option<PrefixEnvelope>) {
-        self.bytes.clear();
-        self.envelope = None;
-        self.n_holes = 0;
-        if holes.len() > PREFIX_HOLES {
-            return;
-        }
-        for (slot, h) in self.holes.iter_mut().zip(holes.iter()) {
-            let (Ok(start), Ok(end)) = (u16::try_from(h.start), u16::try_from(h.end)) else {
-                self.n_holes = 0;
-                return;
-            };
-            *slot = (start, end);
-            self.n_holes += 1;
-        }
-        self.bytes.extend_from_slice(prefix);
-        self.envelope = envelope;
-    }
-
-    /// The holes in the prefix, into `holes` (cleared).
-    #[inline]
-    fn holes_into(&self, holes: &mut Holes) {
-        holes.clear();
-        for &(start, end) in self.holes.get(..self.n_holes).unwrap_or_default() {
-            holes.push(usize::from(start)..usize::from(end));
-        }
-    }
-}
-
 /// [`scan_chunk`] of `d` with the [`ScanPrefix`] the fast scan learns
 /// from `learn`, and without, as text (for the differential tests).
 #[cfg(any(test, fuzzing))]
@@ -730,6 +657,9 @@ fn fast_choice(
     }
     Ok(out.push(fc))
 }
+
+#[path = "scan_prefix.rs"]
+mod prefix;
 
 #[cfg(test)]
 #[path = "scan_tests.rs"]
