@@ -12,23 +12,37 @@ pub use crate::json::*;
 /// `finish_reason` is a string.
 pub type ChoiceRead = (Option<u32>, Option<Range<usize>>, bool);
 
-/// The chat rewriter's fast scan of one chunk's data: `Ok(None)` when it
-/// defers to the full scan (an escaped key, a finish); else no choice
-/// finishes.
+/// What the chat rewriter's fast scan made of one chunk's data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FastRead {
+    /// Valid JSON, these choices (none finishing).
+    Read(Vec<ChoiceRead>),
+    /// The full scan decides (an escaped key, a finish).
+    Defer,
+    /// No choice, whatever follows its last (empty) `choices` array (not
+    /// validated): the full scan reads none there, or rejects the text.
+    NoChoices,
+}
+
+/// The chat rewriter's fast scan of one chunk's data.
 ///
 /// # Errors
 /// [`Invalid`] when `d` is not valid JSON.
-pub fn fast_scan(d: &[u8]) -> Result<Option<Vec<ChoiceRead>>, Invalid> {
+pub fn fast_scan(d: &[u8]) -> Result<FastRead, Invalid> {
+    use crate::rewrite::chat::scan::FastScan;
     let mut out = crate::rewrite::chat::scan::FastChoices::default();
     let mut holes = crate::json::Holes::default();
-    if !crate::rewrite::chat::scan::fast_scan(d, &mut out, &mut holes, None)? {
-        return Ok(None);
-    }
-    Ok(Some(
-        out.iter()
-            .map(|c| (c.index, c.content.clone(), false))
-            .collect(),
-    ))
+    Ok(
+        match crate::rewrite::chat::scan::fast_scan(d, &mut out, &mut holes, None)? {
+            FastScan::Defer => FastRead::Defer,
+            FastScan::NoChoices => FastRead::NoChoices,
+            FastScan::Read => FastRead::Read(
+                out.iter()
+                    .map(|c| (c.index, c.content.clone(), false))
+                    .collect(),
+            ),
+        },
+    )
 }
 
 /// The chat rewriter's full scan of one chunk's data.
@@ -37,11 +51,11 @@ pub fn fast_scan(d: &[u8]) -> Result<Option<Vec<ChoiceRead>>, Invalid> {
 /// [`Invalid`] when `d` is not valid JSON (or not an object).
 pub fn full_scan(d: &[u8]) -> Result<Vec<ChoiceRead>, Invalid> {
     let mut scan = crate::rewrite::chat::scan::ChunkScan::default();
-    let mut out = Vec::new();
+    let mut out = crate::rewrite::chat::scan::ChoiceScans::default();
     crate::rewrite::chat::scan::scan_chunk(d, &mut scan, &mut out, None)?;
     Ok(out
-        .into_iter()
-        .map(|c| (c.index, c.content, c.finish.is_some()))
+        .iter()
+        .map(|c| (c.index, c.content.clone(), c.finish.is_some()))
         .collect())
 }
 
@@ -75,7 +89,7 @@ pub fn template_match(
     let mut holes = crate::json::Holes::default();
     let none = vec![None; candidates.len()];
     if !matches!(
-        crate::rewrite::chat::scan::fast_scan(learn, &mut out, &mut holes, None),
+        crate::rewrite::chat::scan::fast_reads(learn, &mut out, &mut holes),
         Ok(true)
     ) || out.len() > MAX_CONTENTS
         || out.iter().any(|c| c.index.is_none())

@@ -16,7 +16,9 @@
 //! 3. The differential of the chat rewriter's two chunk scans, on the raw
 //!    bytes and on two generated chunks: the fast scan (the hot path)
 //!    accepts exactly what the full scan accepts and reads the same
-//!    choices (index, content, finish) unless it defers (escaped key, finish); a
+//!    choices (index, content, finish) unless it defers (escaped key,
+//!    finish) or stops at an empty `choices` array no other can follow
+//!    (the full scan then reads no choice, or rejects the text); a
 //!    chunk template learned from one chunk (framed as an event or not)
 //!    accepts another only if both scans read it as the template says (the
 //!    learned choices, their contents in the content holes, no finish),
@@ -29,7 +31,7 @@ use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
 use citestream::cite::{MarkerTracker, OffsetUnit};
-use citestream::fuzzing::{self, ObjectWalker, decode_str, scan_value, skip_ws};
+use citestream::fuzzing::{self, FastRead, ObjectWalker, decode_str, scan_value, skip_ws};
 use citestream::{ChatStream, Sources};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -548,8 +550,15 @@ fn fast_vs_full(d: &[u8]) {
             "the fast scan rejects what the full scan accepts"
         ),
         // An escaped key: the full scan decides.
-        Ok(None) => {}
-        Ok(Some(fast)) => assert_eq!(Ok(fast), full, "the fast and full scans read differently"),
+        Ok(FastRead::Defer) => {}
+        // The rest unread: no choice there, or invalid.
+        Ok(FastRead::NoChoices) => assert!(
+            !full.as_ref().is_ok_and(|c| !c.is_empty()),
+            "the fast scan stops where the full scan reads choices"
+        ),
+        Ok(FastRead::Read(fast)) => {
+            assert_eq!(Ok(fast), full, "the fast and full scans read differently")
+        }
     }
 }
 
@@ -570,8 +579,12 @@ fn template_vs_scans(learn: &[u8], candidates: &[&[u8]]) {
             let Some(read) = read else { continue };
             let full = fuzzing::full_scan(candidate).expect("a template accepted invalid JSON");
             assert_eq!(full, read, "template and full scan read differently");
-            if let Some(fast) = fuzzing::fast_scan(candidate).expect("valid") {
-                assert_eq!(fast, read, "template and fast scan read differently");
+            match fuzzing::fast_scan(candidate).expect("valid") {
+                FastRead::Read(fast) => {
+                    assert_eq!(fast, read, "template and fast scan read differently")
+                }
+                FastRead::NoChoices => assert!(read.is_empty(), "template reads choices"),
+                FastRead::Defer => {}
             }
         }
     }

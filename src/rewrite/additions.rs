@@ -9,15 +9,77 @@
 //! stays where it was.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use bytes::Bytes;
 
 use crate::cite::Marker;
 use crate::json::{self, Field, Invalid, Member, Splice};
 use crate::sources::Sources;
-use crate::sse::{self, Event};
+use crate::sse::{self, Event, FrameRef};
 
 use super::RewriteOptions;
+
+/// What writing an event back reads of it: an owned [`Event`] or the
+/// parser's view of one ([`FrameRef`], an event frame), so that a handler
+/// rewrites a lent frame without making it an owned one (no reference
+/// counts taken and dropped).
+pub(crate) trait EventParts {
+    /// The event's raw bytes, framing included.
+    fn raw(&self) -> &[u8];
+    /// The `data` field's value.
+    fn data(&self) -> &[u8];
+    /// Where `data` lies in `raw`, when it is one line there.
+    fn data_range(&self) -> Option<Range<usize>>;
+    /// The `event` field, if any.
+    fn event_field(&self) -> Option<&[u8]>;
+    /// The `id` field, if any.
+    fn id_field(&self) -> Option<&[u8]>;
+    /// The `retry` field, if any.
+    fn retry(&self) -> Option<u64>;
+}
+
+impl EventParts for Event {
+    fn raw(&self) -> &[u8] {
+        Event::raw(self)
+    }
+    fn data(&self) -> &[u8] {
+        Event::data(self)
+    }
+    fn data_range(&self) -> Option<Range<usize>> {
+        Event::data_range(self)
+    }
+    fn event_field(&self) -> Option<&[u8]> {
+        Event::event_field(self)
+    }
+    fn id_field(&self) -> Option<&[u8]> {
+        Event::id_field(self)
+    }
+    fn retry(&self) -> Option<u64> {
+        Event::retry(self)
+    }
+}
+
+impl EventParts for FrameRef<'_> {
+    fn raw(&self) -> &[u8] {
+        FrameRef::raw(self)
+    }
+    fn data(&self) -> &[u8] {
+        FrameRef::data(self)
+    }
+    fn data_range(&self) -> Option<Range<usize>> {
+        FrameRef::data_range(self)
+    }
+    fn event_field(&self) -> Option<&[u8]> {
+        FrameRef::event_field(self)
+    }
+    fn id_field(&self) -> Option<&[u8]> {
+        FrameRef::id_field(self)
+    }
+    fn retry(&self) -> Option<u64> {
+        FrameRef::retry(self)
+    }
+}
 
 /// Top-level members we may replace (`sources`, `citations`), all
 /// occurrences, so that no object ever carries a key twice.
@@ -161,7 +223,7 @@ pub(crate) fn add_top_level(
 /// [`add_top_level`] + [`splice_event`] written straight into one buffer
 /// of the exact size (no edit list, no intermediate copy).
 pub(crate) fn event_with_top_level(
-    e: &Event,
+    e: &impl EventParts,
     (close, has_members): (usize, bool),
     sources: &Sources,
     opts: &RewriteOptions,
@@ -211,7 +273,7 @@ pub(crate) fn push_annotations(out: &mut Vec<u8>, sources: &Sources, markers: &[
 /// bytes when the data was one line there (framing kept exactly; one
 /// buffer of the exact size, no intermediate copy of the data), else
 /// re-framed.
-pub(crate) fn splice_event(e: &Event, sp: &mut Splice) -> Bytes {
+pub(crate) fn splice_event(e: &impl EventParts, sp: &mut Splice) -> Bytes {
     let d = e.data();
     match e.data_range() {
         Some(r) => {
@@ -232,7 +294,7 @@ pub(crate) fn splice_event(e: &Event, sp: &mut Splice) -> Bytes {
 
 /// The event written fresh with canonical framing, keeping its `event`,
 /// `id` and `retry` fields.
-pub(crate) fn reframe(e: &Event, data: &[u8]) -> Bytes {
+pub(crate) fn reframe(e: &impl EventParts, data: &[u8]) -> Bytes {
     let mut out = Vec::with_capacity(data.len() + 32);
     sse::write_event(&mut out, e.event_field(), e.id_field(), e.retry(), data);
     Bytes::from(out)

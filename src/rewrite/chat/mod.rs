@@ -37,7 +37,8 @@
 //!
 //! # Files
 //!
-//! * `scan.rs`: the chunk scanner (the fast scan and the full scan);
+//! * `scan.rs`: the chunk scanner (the fast scan and the full scan), with
+//!   `scan_prefix.rs`, the validated start of a recent chunk;
 //! * `template.rs`: the template learner (the hot path);
 //! * `fused.rs`: learning and matching templates for [`ChatHandler`], on
 //!   parsed events and on whole events in the input pieces (the fused
@@ -47,6 +48,7 @@
 //! * `body.rs`: the whole-body rewriter.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -60,7 +62,7 @@ use crate::rewrite::additions::{
 use crate::rewrite::driver::{Handler, Out, SseRewriter, Tail};
 use crate::rewrite::{MAX_CHOICES, RewriteOptions};
 use crate::sources::{Sources, decimal};
-use crate::sse::{self, Event, Frame, FrameKind, FrameRef, Parser};
+use crate::sse::{self, FrameKind, FrameRef, Parser};
 
 mod body;
 mod fused;
@@ -69,8 +71,8 @@ pub(crate) mod template;
 
 pub use body::rewrite_body;
 use scan::{
-    ChoiceScan, ChunkScan, ENVELOPE, FastChoice, FastChoices, ScanPrefix, fast_scan, has_finish,
-    scan_chunk,
+    ChoiceScan, ChoiceScans, ChunkScan, ENVELOPE, ENVELOPE_KEYS, FastChoice, FastChoices, FastScan,
+    ScanPrefix, fast_scan, has_finish, scan_chunk,
 };
 use template::{ChunkTemplate, Contents, TEMPLATES};
 
@@ -140,8 +142,6 @@ pub struct ChatHandler {
     /// Envelope members of the latest finish chunk, for a trailing chunk.
     last_envelope: Vec<u8>,
     out: Out,
-    scan: ChunkScan,
-    scans: Vec<ChoiceScan>,
     /// The choices of the last fast scan (inline: no allocation).
     fast: FastChoices,
     /// The varying tokens of the last fast scan (inline: no allocation).
@@ -183,10 +183,6 @@ impl ChatStream {
                 top_done: false,
                 last_envelope: Vec::new(),
                 out: Out::default(),
-                scan: ChunkScan::default(),
-                // (Allocated on first use: a stream of only `[DONE]` or
-                // errors needs none of them.)
-                scans: Vec::new(),
                 fast: FastChoices::default(),
                 holes: Holes::default(),
                 prefix: ScanPrefix::default(),
@@ -251,10 +247,6 @@ impl Handler for ChatHandler {
 }
 
 impl ChatHandler {
-    fn emit(&mut self, b: Bytes) {
-        self.out.push(b);
-    }
-
     #[inline]
     fn event(&mut self, f: &FrameRef<'_>) {
         if self.sources.is_empty() || f.event_type() != b"message" {
@@ -273,8 +265,9 @@ impl ChatHandler {
             return self.slow_path(f);
         }
         match fast_scan(d, &mut self.fast, &mut self.holes, Some(&mut self.prefix)) {
-            Err(Invalid) => self.out.pass(f),
-            Ok(true) => {
+            // (Invalid or without choices: nothing to read.)
+            Err(Invalid) | Ok(FastScan::NoChoices) => self.out.pass(f),
+            Ok(FastScan::Read) => {
                 for k in 0..self.fast.len() {
                     let FastChoice { index, content } = self.fast[k].clone();
                     let Some(st) = index.and_then(|i| self.choice(i)) else {
@@ -291,24 +284,20 @@ impl ChatHandler {
                 self.out.pass(f);
             }
             // An escaped key, a finish or many choices: the full scan.
-            Ok(false) => self.slow_path(f),
+            Ok(FastScan::Defer) => self.slow_path(f),
         }
     }
 
     /// The complete scan of a chunk, for finish chunks and chunks with
     /// escaped keys.
     fn slow_path(&mut self, f: &FrameRef<'_>) {
-        let Frame::Event(e) = f.to_frame() else {
-            return self.out.pass(f);
-        };
-        let mut scan = std::mem::take(&mut self.scan);
-        let mut scans = std::mem::take(&mut self.scans);
-        match scan_chunk(e.data(), &mut scan, &mut scans, Some(&self.prefix)) {
-            Ok(()) => self.chunk(&e, &scan, &mut scans),
-            Err(Invalid) => self.emit(e.raw().clone()),
+        // (A finish chunk's scan: once or twice per stream, not kept.)
+        let mut scan = ChunkScan::default();
+        let mut scans = ChoiceScans::default();
+        match scan_chunk(f.data(), &mut scan, &mut scans, Some(&self.prefix)) {
+            Ok(()) => self.chunk(f, &scan, &mut scans),
+            Err(Invalid) => self.out.pass(f),
         }
-        self.scan = scan;
-        self.scans = scans;
     }
 
     #[inline]
@@ -339,7 +328,7 @@ impl ChatHandler {
         Some(&mut self.choices[i])
     }
 
-    fn chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
+    fn chunk(&mut self, e: &FrameRef<'_>, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
         let d = e.data();
         let mut finishing = false;
         for c in scans.iter() {
@@ -355,7 +344,7 @@ impl ChatHandler {
             finishing |= c.finish.is_some();
         }
         if !finishing {
-            return self.emit(e.raw().clone());
+            return self.out.pass(e);
         }
         self.finish_chunk(e, scan, scans);
     }
@@ -364,14 +353,21 @@ impl ChatHandler {
     ///
     /// Each piece goes out as soon as it is written, each into a buffer
     /// of its exact size (no growth, no intermediate copy).
-    fn finish_chunk(&mut self, e: &Event, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
+    fn finish_chunk(&mut self, e: &FrameRef<'_>, scan: &ChunkScan, scans: &mut [ChoiceScan]) {
         let d = e.data();
         self.finished += self.end_choices(scans);
         let scans = &*scans;
-        let mut envelope = std::mem::take(&mut self.last_envelope);
-        envelope_members(d, scan, &mut envelope);
+        let envelope = Envelope {
+            d,
+            spans: &scan.envelope,
+        };
         let top = !self.top_done && self.finished >= self.opts.n;
         self.top_done |= top;
+        if !self.top_done {
+            // (For a trailing chunk: only while the additions are due.)
+            self.last_envelope.clear();
+            envelope.write(&mut self.last_envelope);
+        }
 
         let annotate = self.opts.dialect.sources;
         let marked = |h: &Self, i: u32| annotate && !h.choices[i as usize].markers.is_empty();
@@ -389,7 +385,6 @@ impl ChatHandler {
                 self.out.push(chunk);
             }
         }
-        self.last_envelope = envelope;
         // The finish chunk itself.
         let mut sp = Splice::new();
         if split {
@@ -434,7 +429,7 @@ impl ChatHandler {
                 self.out.swallow_line_end = e.raw().ends_with(b"\r");
             }
         } else {
-            self.out.push(e.raw().clone());
+            self.out.pass(e);
         }
     }
 
@@ -468,17 +463,18 @@ impl ChatHandler {
     /// as an SSE event and written into a buffer of exactly its size (no
     /// growth, no second copy: the memory it holds until the client reads
     /// it is the bytes it takes on the wire).
-    fn annotations_chunk(&self, envelope: &[u8], idx: u32) -> Bytes {
+    fn annotations_chunk(&self, envelope: &Envelope<'_>, idx: u32) -> Bytes {
         const HEAD: &[u8] = b"\"choices\":[{\"index\":";
         const DELTA: &[u8] = b",\"delta\":{\"annotations\":";
         const TAIL: &[u8] = b"},\"finish_reason\":null}]}";
         let markers = &self.choices[idx as usize].markers;
         let mut digits = [0u8; 20];
         let index = decimal(u64::from(idx), &mut digits);
-        let comma = usize::from(!envelope.is_empty());
+        let members = envelope.len();
+        let comma = usize::from(members > 0);
         let annotations = annotations_len(&self.sources, markers);
         let len = b"data: {".len()
-            + envelope.len()
+            + members
             + comma
             + HEAD.len()
             + index.len()
@@ -488,7 +484,7 @@ impl ChatHandler {
             + b"\n\n".len();
         let mut ev = Vec::with_capacity(len);
         ev.extend_from_slice(b"data: {");
-        ev.extend_from_slice(envelope);
+        envelope.write(&mut ev);
         if comma == 1 {
             ev.push(b',');
         }
@@ -548,7 +544,7 @@ impl ChatHandler {
 
 /// The content part of a finish chunk that is split: `finish_reason: null`
 /// for the `ending` choices, `usage` moved to the finish chunk.
-fn content_part(e: &Event, scan: &ChunkScan, scans: &[ChoiceScan]) -> Bytes {
+fn content_part(e: &FrameRef<'_>, scan: &ChunkScan, scans: &[ChoiceScan]) -> Bytes {
     let d = e.data();
     let mut sp = Splice::new();
     for c in scans.iter().filter(|c| c.ending) {
@@ -587,25 +583,36 @@ fn finishing_choices(d: &[u8], scans: &[ChoiceScan]) -> Vec<u8> {
     arr
 }
 
-/// `"id":…,"object":…,…` from the chunk's envelope members present,
-/// written into `out` (cleared; sized exactly).
-fn envelope_members(d: &[u8], scan: &ChunkScan, out: &mut Vec<u8>) {
-    out.clear();
-    let members = ENVELOPE.iter().zip(&scan.envelope);
-    let len: usize = members
-        .clone()
-        .filter_map(|(name, span)| Some(name.len() + 4 + span.as_ref()?.len()))
-        .sum();
-    out.reserve_exact(len.saturating_sub(1));
-    for (name, span) in members {
-        if let Some(r) = span {
-            if !out.is_empty() {
+/// A chunk's envelope members present (`id`, `object`, … as the full scan
+/// found them), to write as `"id":…,"object":…,…`.
+struct Envelope<'a> {
+    d: &'a [u8],
+    spans: &'a [Option<Range<usize>>; ENVELOPE.len()],
+}
+
+impl Envelope<'_> {
+    fn members(&self) -> impl Iterator<Item = (&'static [u8], &[u8])> + '_ {
+        ENVELOPE_KEYS
+            .iter()
+            .zip(self.spans)
+            .filter_map(|(k, r)| Some((*k, self.d.get(r.clone()?)?)))
+    }
+
+    /// The length of [`write`](Self::write)'s text.
+    fn len(&self) -> usize {
+        let members = self.members().map(|(k, v)| k.len() + v.len() + 1);
+        members.sum::<usize>().saturating_sub(1)
+    }
+
+    /// Appends the members, comma-separated.
+    fn write(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len());
+        for (n, (k, v)) in self.members().enumerate() {
+            if n > 0 {
                 out.push(b',');
             }
-            out.push(b'"');
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b"\":");
-            out.extend_from_slice(&d[r.clone()]);
+            out.extend_from_slice(k);
+            out.extend_from_slice(v);
         }
     }
 }

@@ -10,17 +10,23 @@
 //! full scan ([`scan_chunk`]) also reads `finish_reason`, the envelope
 //! (`id`, `object`, `created`, `model`, `system_fingerprint`), `usage`, the
 //! spans a finish chunk's rewrite needs, and escaped keys. When the fast
-//! scan does not defer, both read the same index and content for every
-//! choice and no finish (the `chat_scan` fuzz target checks this, and
-//! templates against both); the fast scan rejects only invalid texts, and
-//! every invalid text it does not defer. Both are [`Cursor`] walks with
-//! the same grammar and nesting depths as [`json::scan_value`].
+//! scan reads a chunk ([`FastScan::Read`]), both read the same index and
+//! content for every choice and no finish (the `chat_scan` fuzz target
+//! checks this, and templates against both); the fast scan rejects only
+//! invalid texts, and every invalid text it neither defers nor stops
+//! early in. It stops early ([`FastScan::NoChoices`]) at an empty
+//! `choices` array that no other `choices` key can follow: the full scan
+//! then reads no choice either, or rejects the text, and the chunk (a
+//! `usage`, a moderation or content filter result) passes through either
+//! way. Both are [`Cursor`] walks with the same grammar and nesting
+//! depths as [`json::scan_value`].
 //!
 //! Two shortcuts, neither changing what is read: [`has_finish`] sends a
 //! chunk with a string `finish_reason` straight to the full scan (no fast
 //! scan up to its finish first), and a [`ScanPrefix`] lets the fast scan
 //! compare a chunk's envelope with a recent chunk's, already validated,
-//! instead of scanning it again.
+//! instead of scanning it again (and the full scan take its envelope
+//! spans).
 
 use std::ops::Range;
 use std::sync::LazyLock;
@@ -28,7 +34,12 @@ use std::sync::LazyLock;
 use memchr::memmem;
 
 use crate::json::{self, Cursor, Field, Holes, Invalid, Member};
+
 use crate::rewrite::additions::Existing;
+#[cfg(test)]
+use prefix::PREFIX_HOLES;
+pub(crate) use prefix::ScanPrefix;
+use prefix::{MAX_PREFIX, PrefixEnvelope};
 
 /// What the scanner reads of one choice in a chunk.
 #[derive(Clone, Debug, Default)]
@@ -47,6 +58,62 @@ pub(crate) struct ChoiceScan {
     pub(crate) ending: bool,
 }
 
+/// Choices inline in a [`ChoiceScans`] (a finish chunk has one, or a
+/// few with `n` > 1).
+const INLINE_SCANS: usize = 2;
+
+/// What the full scan reads of a chunk's choices: the first
+/// [`INLINE_SCANS`] inline (no allocation), all on the heap once there
+/// are more. Derefs to the choices read.
+#[derive(Debug, Default)]
+pub(crate) struct ChoiceScans {
+    n: usize,
+    inline: [ChoiceScan; INLINE_SCANS],
+    /// All of them, when more than fit inline.
+    more: Vec<ChoiceScan>,
+}
+
+impl ChoiceScans {
+    pub(crate) fn clear(&mut self) {
+        self.n = 0;
+        self.more.clear();
+    }
+
+    fn push(&mut self, c: ChoiceScan) {
+        if self.more.is_empty() {
+            if let Some(slot) = self.inline.get_mut(self.n) {
+                *slot = c;
+                self.n += 1;
+                return;
+            }
+            self.more.extend(self.inline.iter_mut().map(std::mem::take));
+        }
+        self.more.push(c);
+    }
+}
+
+impl std::ops::Deref for ChoiceScans {
+    type Target = [ChoiceScan];
+
+    fn deref(&self) -> &[ChoiceScan] {
+        if self.more.is_empty() {
+            self.inline.get(..self.n).unwrap_or_default()
+        } else {
+            &self.more
+        }
+    }
+}
+
+impl std::ops::DerefMut for ChoiceScans {
+    fn deref_mut(&mut self) -> &mut [ChoiceScan] {
+        if self.more.is_empty() {
+            self.inline.get_mut(..self.n).unwrap_or_default()
+        } else {
+            &mut self.more
+        }
+    }
+}
+
 /// What the scanner reads of one chunk.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkScan {
@@ -62,6 +129,15 @@ pub(crate) struct ChunkScan {
 
 pub(crate) const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "system_fingerprint"];
 
+/// The [`ENVELOPE`] keys as written: with their quotes and colon.
+pub(crate) const ENVELOPE_KEYS: [&[u8]; ENVELOPE.len()] = [
+    b"\"id\":",
+    b"\"object\":",
+    b"\"created\":",
+    b"\"model\":",
+    b"\"system_fingerprint\":",
+];
+
 /// Scans one chunk's JSON. `choices` receives one entry per choice object.
 ///
 /// A [`Cursor`] walk like the fast scan's (same grammar, same nesting
@@ -73,7 +149,7 @@ pub(crate) const ENVELOPE: [&str; 5] = ["id", "object", "created", "model", "sys
 pub(crate) fn scan_chunk(
     d: &[u8],
     s: &mut ChunkScan,
-    choices: &mut Vec<ChoiceScan>,
+    choices: &mut ChoiceScans,
     prefix: Option<&ScanPrefix>,
 ) -> Result<(), Invalid> {
     s.usage = None;
@@ -136,7 +212,7 @@ pub(crate) fn scan_chunk(
 
 /// A top-level member other than an unescaped `choices` array, its value
 /// (valid) ending at `end`.
-fn top_member(d: &[u8], m: Member, end: usize, s: &mut ChunkScan, choices: &mut Vec<ChoiceScan>) {
+fn top_member(d: &[u8], m: Member, end: usize, s: &mut ChunkScan, choices: &mut ChoiceScans) {
     if m.key_escaped {
         // Rare: compare decoded keys.
         if m.key_is(d, "choices") {
@@ -167,7 +243,7 @@ fn top_member(d: &[u8], m: Member, end: usize, s: &mut ChunkScan, choices: &mut 
 }
 
 /// The `choices` array at `d[at]` (a `[`); returns its end.
-fn scan_choices(d: &[u8], at: usize, out: &mut Vec<ChoiceScan>) -> Result<usize, Invalid> {
+fn scan_choices(d: &[u8], at: usize, out: &mut ChoiceScans) -> Result<usize, Invalid> {
     let mut c = Cursor::new(d);
     c.i = at;
     c.eat(b'[')?;
@@ -329,52 +405,6 @@ impl std::ops::Deref for FastChoices {
     }
 }
 
-/// The validated start of a recent chunk: its bytes up to its first
-/// top-level `choices` key, when members without holes (the envelope:
-/// `id`, `object`, `created`, `model`, …, the same in every chunk of a
-/// stream) come before it. A chunk that starts with the same bytes reads
-/// the same up to there (the same bytes parse the same way), so the fast
-/// scan compares them (one `memcmp`) instead of scanning them again.
-///
-/// When every member of the prefix is an envelope member, it also keeps
-/// their value spans and where the last one ends, so that the full scan
-/// of a finish chunk starting with the same bytes ([`scan_chunk`] with
-/// the prefix) sets them without scanning them again.
-#[derive(Debug, Default)]
-pub(crate) struct ScanPrefix {
-    bytes: Vec<u8>,
-    /// The envelope spans, when the prefix holds nothing else.
-    envelope: Option<PrefixEnvelope>,
-}
-
-/// What the full scan reads of a [`ScanPrefix`] made of envelope members
-/// only.
-#[derive(Clone, Debug, Default)]
-struct PrefixEnvelope {
-    spans: [Option<Range<usize>>; 5],
-    /// End of the last member's value (the full scan's `prev_end`).
-    last_end: usize,
-}
-
-/// Longest [`ScanPrefix`] kept.
-const MAX_PREFIX: usize = 512;
-
-impl ScanPrefix {
-    /// Where the fast scan of `d` goes on (after the comma before a
-    /// top-level key, maybe in whitespace) when `d` starts with the prefix.
-    #[inline]
-    fn resume(&self, d: &[u8]) -> Option<usize> {
-        let n = self.bytes.len();
-        (n > 0 && d.get(..n)? == self.bytes.as_slice()).then_some(n)
-    }
-
-    fn record(&mut self, prefix: &[u8], envelope: Option<PrefixEnvelope>) {
-        self.bytes.clear();
-        self.bytes.extend_from_slice(prefix);
-        self.envelope = envelope;
-    }
-}
-
 /// [`scan_chunk`] of `d` with the [`ScanPrefix`] the fast scan learns
 /// from `learn`, and without, as text (for the differential tests).
 #[cfg(any(test, fuzzing))]
@@ -387,9 +417,9 @@ pub(crate) fn scan_with_prefix(learn: &[u8], d: &[u8]) -> (String, String) {
         Some(&mut prefix),
     );
     let scan = |p: Option<&ScanPrefix>| {
-        let (mut s, mut cs) = (ChunkScan::default(), Vec::new());
+        let (mut s, mut cs) = (ChunkScan::default(), ChoiceScans::default());
         match scan_chunk(d, &mut s, &mut cs, p) {
-            Ok(()) => format!("{s:?} {cs:?}"),
+            Ok(()) => format!("{s:?} {:?}", &cs[..]),
             Err(Invalid) => "invalid".to_owned(),
         }
     };
@@ -409,14 +439,33 @@ fn envelope_key(key: &[u8]) -> Option<usize> {
     }
 }
 
+/// What the fast scan made of a chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FastScan {
+    /// Valid JSON; its choices (none finishing) are in the
+    /// [`FastChoices`], its varying tokens in the [`Holes`].
+    Read,
+    /// The full scan decides: an escaped key, a string `finish_reason`,
+    /// more than [`MAX_FAST_CHOICES`] choices.
+    Defer,
+    /// No choice, whatever the bytes after an empty `choices` array (not
+    /// validated): no escape and no `"choices"` follow it, so it is the
+    /// chunk's last `choices` member and the full scan reads no choice
+    /// either (or rejects the text). Such a chunk (a `usage`, a
+    /// moderation or content filter result) passes through either way,
+    /// so the rest of it (often most of it) is not scanned.
+    NoChoices,
+}
+
 /// The hot path's scan of one chunk: validates the whole JSON text and
-/// reads `choices[].index` and `choices[].delta.content`. Returns
-/// `Ok(false)` (the complete scanner decides) when a key has escapes
-/// (rare), at a choice object past [`MAX_FAST_CHOICES`] (rarer), or as
-/// soon as a `choices[].finish_reason` is a string: a
-/// finish chunk takes the cold path, which needs the full scan anyway,
-/// so it is scanned once. (Invalid JSON after that point is the full
-/// scan's to reject.)
+/// reads `choices[].index` and `choices[].delta.content`
+/// ([`FastScan::Read`]). Defers to the full scan ([`FastScan::Defer`])
+/// when a key has escapes (rare), at a choice object past
+/// [`MAX_FAST_CHOICES`] (rarer), or as soon as a `choices[].finish_reason`
+/// is a string: a finish chunk takes the cold path, which needs the full
+/// scan anyway, so it is scanned once. (Invalid JSON after that point is
+/// the full scan's to reject.) Stops at an empty `choices` array that no
+/// other can follow ([`FastScan::NoChoices`]).
 ///
 /// With `prefix`, a chunk starting like the one it holds is read from
 /// where that one's `choices` began, and the prefix is learned from a
@@ -426,7 +475,7 @@ pub(crate) fn fast_scan(
     out: &mut FastChoices,
     holes: &mut Holes,
     mut prefix: Option<&mut ScanPrefix>,
-) -> Result<bool, Invalid> {
+) -> Result<FastScan, Invalid> {
     out.clear();
     holes.clear();
     let mut c = Cursor::new(d);
@@ -436,6 +485,9 @@ pub(crate) fn fast_scan(
     let mut more = match resumed {
         // (After a comma: a key must follow.)
         Some(at) => {
+            if let Some(p) = prefix.as_deref() {
+                p.holes_into(holes);
+            }
             c.i = at;
             c.ws();
             true
@@ -448,18 +500,19 @@ pub(crate) fn fast_scan(
     };
     let mut members = 0;
     // The envelope spans of the members read so far, while learning the
-    // prefix and as long as they are all envelope members.
+    // prefix and as long as the full scan reads nothing else there.
     let mut env = (learn && prefix.is_some()).then(PrefixEnvelope::default);
     while more {
         let key_at = c.i;
-        let Some(k) = c.key()? else { return Ok(false) };
+        let Some(k) = c.key()? else {
+            return Ok(FastScan::Defer);
+        };
         let key = &d[k];
         if key == b"choices" && c.peek() == b'[' {
-            // (After a comma, and no hole before: one that varies would
-            // make the prefix differ from chunk to chunk.)
-            if learn && members > 0 && holes.is_empty() && key_at <= MAX_PREFIX {
+            // (After a comma.)
+            if learn && members > 0 && key_at <= MAX_PREFIX {
                 if let Some(p) = prefix.as_deref_mut() {
-                    p.record(&d[..key_at], env.take());
+                    p.record(&d[..key_at], holes, env.take());
                 }
             }
             learn = false;
@@ -470,7 +523,7 @@ pub(crate) fn fast_scan(
                 loop {
                     if c.peek() == b'{' {
                         if !fast_choice(&mut c, out, holes)? {
-                            return Ok(false);
+                            return Ok(FastScan::Defer);
                         }
                     } else {
                         c.skip(2)?;
@@ -480,26 +533,35 @@ pub(crate) fn fast_scan(
                     }
                 }
             }
+            if out.is_empty() && no_choices_key(&d[c.i..]) {
+                return Ok(FastScan::NoChoices);
+            }
         } else if let Some(k) = envelope_key(key) {
             // The envelope: the same in every chunk of a stream.
             let start = c.i;
             c.skip(1)?;
             if let Some(e) = env.as_mut() {
                 e.spans[k] = Some(start..c.i);
-                e.last_end = c.i;
             }
-        } else if matches!(c.peek(), b'[' | b'{') {
-            // Inside other top-level arrays and objects numbers vary
-            // (a running `usage`) but strings repeat (Perplexity's
-            // `citations`): only the numbers are holes. (A string
-            // that does change only makes the template miss.)
-            env = None;
-            c.skip_number_holes(1, holes)?;
         } else {
-            // Other top-level strings and numbers may vary from chunk
-            // to chunk (`obfuscation`): holes in a learned template.
-            env = None;
-            c.skip_holes(1, holes)?;
+            if matches!(key, b"usage" | b"sources" | b"citations") {
+                // (Read by the full scan.)
+                env = None;
+            }
+            if matches!(c.peek(), b'[' | b'{') {
+                // Inside other top-level arrays and objects numbers vary
+                // (a running `usage`) but strings repeat (Perplexity's
+                // `citations`): only the numbers are holes. (A string
+                // that does change only makes the template miss.)
+                c.skip_number_holes(1, holes)?;
+            } else {
+                // Other top-level strings and numbers may vary from chunk
+                // to chunk (`obfuscation`): holes in a learned template.
+                c.skip_holes(1, holes)?;
+            }
+        }
+        if let Some(e) = env.as_mut() {
+            e.last_end = c.i;
         }
         members += 1;
         more = c.more(b'}')?;
@@ -508,7 +570,29 @@ pub(crate) fn fast_scan(
     if c.i != d.len() {
         return Err(Invalid);
     }
-    Ok(true)
+    Ok(FastScan::Read)
+}
+
+/// Whether `rest` (what follows a `choices` array) can hold no other
+/// `choices` key: it has no backslash (so no escaped key) and no
+/// `"choices"`. (Without escapes, a `"` always opens or closes a string,
+/// so a `choices` key would be that very text.)
+#[inline]
+fn no_choices_key(rest: &[u8]) -> bool {
+    static CHOICES: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"choices\""));
+    memchr::memchr(b'\\', rest).is_none() && CHOICES.find(rest).is_none()
+}
+
+/// [`fast_scan`] as "read": whether it read the choices (not deferred,
+/// not [`FastScan::NoChoices`]), for the tests.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn fast_reads(
+    d: &[u8],
+    out: &mut FastChoices,
+    holes: &mut Holes,
+) -> Result<bool, Invalid> {
+    Ok(fast_scan(d, out, holes, None)? == FastScan::Read)
 }
 
 /// One choice object (cursor on its `{`).
@@ -573,6 +657,9 @@ fn fast_choice(
     }
     Ok(out.push(fc))
 }
+
+#[path = "scan_prefix.rs"]
+mod prefix;
 
 #[cfg(test)]
 #[path = "scan_tests.rs"]

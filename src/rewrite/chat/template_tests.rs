@@ -1,7 +1,7 @@
 //! Tests of [`ChunkTemplate`](super::ChunkTemplate): learning, probation and the walks against each other.
 
 use super::*;
-use crate::rewrite::chat::scan::{FastChoices, fast_scan};
+use crate::rewrite::chat::scan::{FastChoices, fast_reads};
 
 impl ChunkTemplate {
     fn kinds(&self) -> Vec<Hole> {
@@ -12,7 +12,7 @@ impl ChunkTemplate {
 /// The template learned from `d` the way the handler learns it.
 fn learned(d: &str) -> ChunkTemplate {
     let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
-    assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    assert!(fast_reads(d.as_bytes(), &mut cs, &mut holes).unwrap());
     let mut t = ChunkTemplate::default();
     let contents = cs
         .iter()
@@ -122,7 +122,7 @@ fn a_chunk_without_content_has_no_content_hole() {
 fn framed_templates_match_events_at_the_start_of_a_piece() {
     let ev = format!("data: {CHUNK}\n\n");
     let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
-    assert!(fast_scan(CHUNK.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    assert!(fast_reads(CHUNK.as_bytes(), &mut cs, &mut holes).unwrap());
     let mut t = ChunkTemplate::default();
     let contents = cs.iter().map(|c| (2, c.content.clone().unwrap()));
     t.learn(ev.as_bytes(), 6, true, contents, &holes);
@@ -167,7 +167,7 @@ fn walk_one_equals_the_general_walk() {
     let ev = format!("data: {CHUNK}\n\n").replace(r#","obfuscation":"ab""#, "");
     let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
     let d = &ev[6..ev.len() - 2];
-    assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    assert!(fast_reads(d.as_bytes(), &mut cs, &mut holes).unwrap());
     for framed in [false, true] {
         let (s, at) = if framed { (ev.as_str(), 6) } else { (d, 0) };
         let mut t = ChunkTemplate::default();
@@ -211,7 +211,7 @@ fn walk_nums_one_equals_the_general_walk() {
     let d = r#"{"id":"p","usage":{"prompt_tokens":10,"completion_tokens":7,"total_tokens":17},"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
     let ev = format!("data: {d}\n\n");
     let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
-    assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    assert!(fast_reads(d.as_bytes(), &mut cs, &mut holes).unwrap());
     for framed in [false, true] {
         let (s, at) = if framed { (ev.as_str(), 6) } else { (d, 0) };
         let mut t = ChunkTemplate::default();
@@ -268,7 +268,7 @@ fn walks_of_a_cut_event_go_on_where_they_stopped() {
     let d = r#"{"id":"p","usage":{"completion_tokens":7,"total_tokens":17},"choices":[{"index":0,"delta":{"content":"Hi"}}],"x":"y"}"#;
     let ev = format!("data: {d}\n\n");
     let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
-    assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+    assert!(fast_reads(d.as_bytes(), &mut cs, &mut holes).unwrap());
     let mut t = ChunkTemplate::default();
     let contents = cs.iter().map(|c| (0, c.content.clone().unwrap()));
     t.learn(ev.as_bytes(), 6, true, contents, &holes);
