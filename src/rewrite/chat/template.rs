@@ -457,7 +457,8 @@ impl ChunkTemplate {
         self.probation
     }
 
-    /// Whether the walk with its shortcuts ([`walk_one`](Self::walk_one))
+    /// Whether the walk with its shortcuts ([`walk_one`](Self::walk_one),
+    /// [`walk_two`](Self::walk_two), [`walk_nums_one`](Self::walk_nums_one))
     /// and the general one agree on `s`: the same end, the same contents
     /// (the differential of the unit tests and the `chat_scan` fuzz target).
     #[cfg(any(test, fuzzing))]
