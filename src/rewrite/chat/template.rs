@@ -148,11 +148,14 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     let w8 = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().unwrap_or([0; 8]));
     let w4 = |s: &[u8], i: usize| u32::from_le_bytes(s[i..i + 4].try_into().unwrap_or([0; 4]));
+    let w2 = |s: &[u8], i: usize| u16::from_le_bytes(s[i..i + 2].try_into().unwrap_or([0; 2]));
     match n {
         17.. => a == b,
         8.. => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
         4.. => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
-        _ => a.iter().zip(b).all(|(x, y)| x == y),
+        2.. => w2(a, 0) == w2(b, 0) && w2(a, n - 2) == w2(b, n - 2),
+        1 => a.first() == b.first(),
+        _ => true,
     }
 }
 
@@ -295,9 +298,12 @@ impl ChunkTemplate {
     }
 
     /// The walk recording the content bodies into `c`: a template of one
-    /// content hole straight-line ([`walk_one`](Self::walk_one)), one with
-    /// number holes out of line ([`walk_numbers`](Self::walk_numbers)),
-    /// any other by [`walk_any`](Self::walk_any) inline.
+    /// content hole straight-line ([`walk_one`](Self::walk_one)), of one or
+    /// two string holes straight-line as well ([`walk_two`](Self::walk_two):
+    /// a content, then `obfuscation`; a reasoning delta), one with number
+    /// holes out of line ([`walk_numbers`](Self::walk_numbers)), any other
+    /// by [`walk_any`](Self::walk_any) out of line
+    /// ([`walk_other`](Self::walk_other)).
     #[inline(always)]
     fn walk_contents(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         if !self.valid {
@@ -309,6 +315,24 @@ impl ChunkTemplate {
         if self.numbers {
             return self.walk_numbers(s, c);
         }
+        // (One call of `walk_two` for both shapes: one copy of it inlined.)
+        let two = match (self.n, &self.holes) {
+            (1, [first, ..]) => Some((*first, None)),
+            (2, [first, second, ..]) => Some((*first, Some(*second))),
+            _ => None,
+        };
+        if let Some((first, second)) = two {
+            return self.walk_two(s, first, second, c);
+        }
+        self.walk_other(s, c)
+    }
+
+    /// [`walk_any`](Self::walk_any) out of line, for the shapes
+    /// [`walk_contents`](Self::walk_contents) has no straight-line walk for
+    /// (three holes or more): the hot path's registers are not shared with
+    /// the loop.
+    #[inline(never)]
+    fn walk_other(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         self.walk_any(s, c)
     }
 
@@ -433,7 +457,8 @@ impl ChunkTemplate {
         self.probation
     }
 
-    /// Whether the walk with its shortcuts ([`walk_one`](Self::walk_one))
+    /// Whether the walk with its shortcuts ([`walk_one`](Self::walk_one),
+    /// [`walk_two`](Self::walk_two), [`walk_nums_one`](Self::walk_nums_one))
     /// and the general one agree on `s`: the same end, the same contents
     /// (the differential of the unit tests and the `chat_scan` fuzz target).
     #[cfg(any(test, fuzzing))]
@@ -515,6 +540,55 @@ impl ChunkTemplate {
         c.at[0] = (i, end + 1, end + len - 1);
         c.n = 1;
         Some(end + len + tail.len())
+    }
+
+    /// [`walk_contents`](Self::walk_contents) for the next most common
+    /// templates, one string hole `first` (a reasoning delta), maybe then
+    /// another one `second` (a content then OpenAI's `obfuscation`; a role,
+    /// then a content): straight-line as [`walk_one`](Self::walk_one), no
+    /// loop. (Each hole as (end in the literal, kind); neither a number.)
+    #[inline(always)]
+    fn walk_two(
+        &self,
+        s: &[u8],
+        (end, first): (u16, Hole),
+        second: Option<(u16, Hole)>,
+        c: &mut Contents,
+    ) -> Option<usize> {
+        let end = usize::from(end);
+        let (head, mut tail) = self.literal.split_at_checked(end)?;
+        let (got, r) = s.split_at_checked(head.len())?;
+        if !same(got, head) {
+            return None;
+        }
+        let len = json::scan_string(r, 0).ok()?.0;
+        let mut r = r.get(len..)?;
+        let mut n = 0;
+        if let Hole::Content(i) = first {
+            c.at[0] = (i, end + 1, end + len - 1);
+            n = 1;
+        }
+        if let Some((obf, second)) = second {
+            let (mid, rest) = tail.split_at_checked(usize::from(obf).checked_sub(end)?)?;
+            let (got, hole) = r.split_at_checked(mid.len())?;
+            if !same(got, mid) {
+                return None;
+            }
+            let len = json::scan_string(hole, 0).ok()?.0;
+            if let (Hole::Content(i), Some(slot)) = (second, c.at.get_mut(n)) {
+                let start = s.len() - hole.len();
+                *slot = (i, start + 1, start + len - 1);
+                n += 1;
+            }
+            r = hole.get(len..)?;
+            tail = rest;
+        }
+        let got = r.get(..tail.len())?;
+        if !same(got, tail) {
+            return None;
+        }
+        c.n = n;
+        Some(s.len() - r.len() + tail.len())
     }
 
     /// The first match of a fresh template: the holes (but contents) whose

@@ -182,6 +182,63 @@ fn walk_one_equals_the_general_walk() {
     }
 }
 
+/// The straight-line walk of one or two string holes (a content then
+/// OpenAI's `obfuscation`, a role then a content, a reasoning delta alone)
+/// agrees with the general walk on every truncation and every one-byte
+/// change of a matching chunk (framed and not), and so does the
+/// out-of-line general walk of three holes.
+#[test]
+fn walk_two_equals_the_general_walk() {
+    let three = CHUNK.replace(r#""id":"c1","#, r#""id":"c1","x":"y","#);
+    for (d, kinds) in [
+        (CHUNK.to_string(), vec![Hole::Content(2), Hole::Str]),
+        (
+            CHUNK.replace(r#""obfuscation":"ab"}"#, r#""o":"ab","z":"c"}"#),
+            vec![Hole::Content(2), Hole::Str, Hole::Str],
+        ),
+        (three, vec![Hole::Str, Hole::Content(2), Hole::Str]),
+        (
+            CHUNK
+                .replace(r#""content":"Hi""#, r#""reasoning_content":"ab""#)
+                .replace(r#","obfuscation":"ab""#, ""),
+            vec![Hole::Str],
+        ),
+        (
+            CHUNK
+                .replace(r#""content":"Hi""#, r#""role":"ab","content":"Hi""#)
+                .replace(r#","obfuscation":"ab""#, ""),
+            vec![Hole::Str, Hole::Content(2)],
+        ),
+    ] {
+        let ev = format!("data: {d}\n\n");
+        let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
+        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+        for framed in [false, true] {
+            let (s, at) = if framed {
+                (ev.as_str(), 6)
+            } else {
+                (d.as_str(), 0)
+            };
+            let mut t = ChunkTemplate::default();
+            let contents = cs.iter().filter_map(|c| Some((2, c.content.clone()?)));
+            t.learn(s.as_bytes(), at, framed, contents, &holes);
+            let next = s
+                .replace("Hi", "Ho")
+                .replace(r#""ab""#, r#""abc""#)
+                .replace(r#""y""#, r#""w""#)
+                .replace(r#""c""#, r#""d""#);
+            assert!(t.matches(next.as_bytes(), &mut Contents::default()));
+            assert_eq!(t.kinds(), kinds);
+            let base = s
+                .replace("Hi", r#"a \"[1]\" \u00e9"#)
+                .replace(r#""ab""#, r#""0123456789abcdef\n""#);
+            let whole = t.walk_contents(base.as_bytes(), &mut Contents::default());
+            assert_eq!(whole, Some(base.len()));
+            assert_walks_agree(&t, &base);
+        }
+    }
+}
+
 /// The walks agree on `base`, on each of its truncations and on each
 /// one-byte change of it.
 fn assert_walks_agree(t: &ChunkTemplate, base: &str) {
