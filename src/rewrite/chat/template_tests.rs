@@ -212,7 +212,7 @@ fn walk_two_equals_the_general_walk() {
     ] {
         let ev = format!("data: {d}\n\n");
         let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
-        assert!(fast_scan(d.as_bytes(), &mut cs, &mut holes, None).unwrap());
+        assert!(fast_reads(d.as_bytes(), &mut cs, &mut holes).unwrap());
         for framed in [false, true] {
             let (s, at) = if framed {
                 (ev.as_str(), 6)
