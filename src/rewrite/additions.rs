@@ -39,47 +39,35 @@ pub(crate) trait EventParts {
     fn retry(&self) -> Option<u64>;
 }
 
-impl EventParts for Event {
-    fn raw(&self) -> &[u8] {
-        Event::raw(self)
-    }
-    fn data(&self) -> &[u8] {
-        Event::data(self)
-    }
-    fn data_range(&self) -> Option<Range<usize>> {
-        Event::data_range(self)
-    }
-    fn event_field(&self) -> Option<&[u8]> {
-        Event::event_field(self)
-    }
-    fn id_field(&self) -> Option<&[u8]> {
-        Event::id_field(self)
-    }
-    fn retry(&self) -> Option<u64> {
-        Event::retry(self)
-    }
+/// [`EventParts`] for a type whose inherent methods of the same names
+/// read the event (inherent methods come first in `Self::` paths).
+macro_rules! event_parts {
+    ($t:ty) => {
+        impl EventParts for $t {
+            fn raw(&self) -> &[u8] {
+                Self::raw(self)
+            }
+            fn data(&self) -> &[u8] {
+                Self::data(self)
+            }
+            fn data_range(&self) -> Option<Range<usize>> {
+                Self::data_range(self)
+            }
+            fn event_field(&self) -> Option<&[u8]> {
+                Self::event_field(self)
+            }
+            fn id_field(&self) -> Option<&[u8]> {
+                Self::id_field(self)
+            }
+            fn retry(&self) -> Option<u64> {
+                Self::retry(self)
+            }
+        }
+    };
 }
 
-impl EventParts for FrameRef<'_> {
-    fn raw(&self) -> &[u8] {
-        FrameRef::raw(self)
-    }
-    fn data(&self) -> &[u8] {
-        FrameRef::data(self)
-    }
-    fn data_range(&self) -> Option<Range<usize>> {
-        FrameRef::data_range(self)
-    }
-    fn event_field(&self) -> Option<&[u8]> {
-        FrameRef::event_field(self)
-    }
-    fn id_field(&self) -> Option<&[u8]> {
-        FrameRef::id_field(self)
-    }
-    fn retry(&self) -> Option<u64> {
-        FrameRef::retry(self)
-    }
-}
+event_parts!(Event);
+event_parts!(FrameRef<'_>);
 
 /// Top-level members we may replace (`sources`, `citations`), all
 /// occurrences, so that no object ever carries a key twice.
