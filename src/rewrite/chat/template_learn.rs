@@ -1,0 +1,169 @@
+//! Learning a template ([`ChunkTemplate::learn`]) from a chunk the fast
+//! scan read, and refining it on its first match
+//! ([`ChunkTemplate::refine`]): the cold side of the
+//! [template learner](super). The walks that match templates are in the
+//! parent module.
+//!
+//! Contract: a template is cut from the bytes it was learned from at the
+//! sorted, disjoint hole ranges, and its literal text is those bytes
+//! between the holes, so a walk of the same bytes matches with the same
+//! holes. A template is `valid` only when building succeeded; one
+//! learned with holes other than contents is on probation until its first
+//! match, which keeps as holes only the tokens that differ from the
+//! learned chunk's (by [`token_hash`]): a hash collision only makes a
+//! varying token literal text (the next chunk with another value misses),
+//! never a wrong match.
+
+use std::ops::Range;
+
+use super::{ChunkTemplate, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE};
+
+/// A hash of a hole token (with its length), to tell on a template's
+/// first match which holes hold the same token as in the chunk it was
+/// learned from. A collision only turns a hole whose value varies into
+/// literal text, which the next chunk with another value then misses on
+/// (and a template is learned again): never a wrong match.
+fn token_hash(t: &[u8]) -> u32 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let step = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(K);
+    let mut words = t.chunks_exact(8);
+    let mut h = t.len() as u64;
+    for w in &mut words {
+        h = step(h, u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+    }
+    let mut last = [0u8; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    let h = step(h, u64::from_le_bytes(last));
+    (h >> 32) as u32 ^ h as u32
+}
+
+/// Whether `holes` (cutting `literal`) are numbers, then one content hole,
+/// each number followed by a segment whose first byte ends a JSON number.
+fn nums_one(literal: &[u8], holes: &[(u16, Hole)]) -> bool {
+    let Some(((_, Hole::Content(_)), nums)) = holes.split_last() else {
+        return false;
+    };
+    nums.iter().all(|&(end, h)| {
+        let next = literal.get(usize::from(end));
+        h == Hole::Num
+            && matches!(
+                next,
+                Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+            )
+    })
+}
+
+impl ChunkTemplate {
+    /// The first match of a fresh template: the holes (but contents) whose
+    /// token is the same as in the chunk learned from (same length and
+    /// [`token_hash`]) become literal text.
+    #[cold]
+    pub(super) fn refine(&mut self, s: &[u8]) {
+        self.probation = false;
+        let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
+        let mut n = 0;
+        let mut k = 0;
+        let sample_holes = self.sample_holes;
+        let walked = self.walk(s, |h, r| {
+            let same = || sample_holes.get(k) == s.get(r.clone()).map(token_hash).as_ref();
+            let keep = matches!(h, Hole::Content(_)) || !same();
+            if keep && n < MAX_HOLES {
+                cuts[n] = (r, h);
+                n += 1;
+            }
+            k += 1;
+        });
+        // (With every hole kept, the template would be built again as it
+        // is.)
+        if walked == Some(s.len()) && n < self.n {
+            self.build(s, &cuts[..n]);
+        }
+    }
+
+    /// Learns from a chunk the fast scan read as choices `contents` (index,
+    /// raw content body; all without a finish) with the other varying
+    /// string and number tokens `holes`. `s` is the event's raw bytes
+    /// when `framed` (the data then starts at `at`), else the data.
+    pub(crate) fn learn(
+        &mut self,
+        s: &[u8],
+        at: usize,
+        framed: bool,
+        contents: impl Iterator<Item = (u32, Range<usize>)>,
+        holes: &[Range<usize>],
+    ) {
+        self.valid = false;
+        if s.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES - MAX_CONTENTS {
+            return;
+        }
+        let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
+        let mut n = 0;
+        for h in holes {
+            let kind = if s[at + h.start] == b'"' {
+                Hole::Str
+            } else {
+                Hole::Num
+            };
+            cuts[n] = (at + h.start..at + h.end, kind);
+            n += 1;
+        }
+        for (i, c) in contents {
+            if n - holes.len() == MAX_CONTENTS {
+                return;
+            }
+            cuts[n] = (at + c.start - 1..at + c.end + 1, Hole::Content(i));
+            n += 1;
+        }
+        let cuts = &mut cuts[..n];
+        cuts.sort_by_key(|c| c.0.start);
+        self.framed = framed;
+        if !self.build(s, cuts) {
+            return;
+        }
+        for (slot, (r, h)) in self.sample_holes.iter_mut().zip(cuts.iter()) {
+            // (Content holes stay holes: not compared.)
+            if !matches!(h, Hole::Content(_)) {
+                *slot = token_hash(&s[r.clone()]);
+            }
+        }
+        // Only content holes: nothing to refine.
+        self.probation = !holes.is_empty();
+    }
+
+    /// Cuts `s` at the sorted, disjoint token ranges `cuts`.
+    fn build(&mut self, s: &[u8], cuts: &[(Range<usize>, Hole)]) -> bool {
+        self.valid = false;
+        self.literal.clear();
+        self.n = 0;
+        if cuts.len() > MAX_HOLES {
+            return false;
+        }
+        // Sized once (not doubled from empty, segment by segment): the
+        // literal text is at most `s`. A buffer too small is replaced, not
+        // grown (no copy of the old text), with room for the refinement
+        // by a longer chunk of the same shape (its first match).
+        if self.literal.capacity() < s.len() {
+            self.literal = Vec::with_capacity(s.len() + s.len() / 2);
+        }
+        let mut at = 0;
+        for ((r, h), slot) in cuts.iter().zip(&mut self.holes) {
+            if r.start < at {
+                return false;
+            }
+            self.literal.extend_from_slice(&s[at..r.start]);
+            // (The literal text is at most the learned chunk's `MAX_TEMPLATE`
+            // bytes.)
+            let Ok(end) = u16::try_from(self.literal.len()) else {
+                return false;
+            };
+            *slot = (end, *h);
+            at = r.end;
+        }
+        self.literal.extend_from_slice(&s[at..]);
+        self.n = cuts.len();
+        self.numbers = cuts.iter().any(|c| c.1 == Hole::Num);
+        self.nums_one = self.numbers && nums_one(&self.literal, &self.holes[..cuts.len()]);
+        self.valid = true;
+        true
+    }
+}
