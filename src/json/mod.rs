@@ -40,6 +40,12 @@
 
 mod cursor;
 mod lookup;
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+))]
+mod simd;
 mod skip;
 mod splice;
 mod string;

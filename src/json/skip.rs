@@ -106,16 +106,7 @@ fn string_second(b: &[u8], at: usize) -> Result<(usize, bool), Invalid> {
 fn string_rest(b: &[u8], mut i: usize) -> Result<(usize, bool), Invalid> {
     let mut escaped = false;
     loop {
-        while let Some(word) = b.get(i..i + 8) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(word);
-            let m = string_special(u64::from_le_bytes(w));
-            if m != 0 {
-                i += (m.trailing_zeros() / 8) as usize;
-                break;
-            }
-            i += 8;
-        }
+        i = plain_end(b, i);
         match *b.get(i).ok_or(Invalid)? {
             b'"' => return Ok((i + 1, escaped)),
             b'\\' => {
@@ -136,6 +127,51 @@ fn string_rest(b: &[u8], mut i: usize) -> Result<(usize, bool), Invalid> {
             _ => i += 1,
         }
     }
+}
+
+/// Index of the first byte at or after `i` that is `"`, `\\` or below
+/// 0x20, or the end of `b`: sixteen bytes per step with SSE2
+/// ([`super::simd`]), a byte per step for inputs shorter than sixteen
+/// bytes.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+))]
+#[inline(always)]
+fn plain_end(b: &[u8], mut i: usize) -> usize {
+    if let Some(j) = super::simd::special_from(b, i) {
+        return j;
+    }
+    while b
+        .get(i)
+        .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20)
+    {
+        i += 1;
+    }
+    i
+}
+
+/// Index of the first byte at or after `i` that is `"`, `\\` or below
+/// 0x20, or an index before it with fewer than eight bytes left (the
+/// caller goes on a byte at a time there): a SWAR word per step.
+#[cfg(not(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+)))]
+#[inline(always)]
+fn plain_end(b: &[u8], mut i: usize) -> usize {
+    while let Some(word) = b.get(i..i + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let m = string_special(u64::from_le_bytes(w));
+        if m != 0 {
+            return i + (m.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    i
 }
 
 /// Validates the number starting at `b[i]`; returns the index after it.
@@ -349,32 +385,75 @@ mod tests {
 
     #[test]
     fn scan_string_matches_a_bytewise_reference() {
-        // Every length around the first word and the loop's words, with
-        // each special byte at each position (and at the end of input).
-        for len in 0..42 {
+        // Each special byte at each position of a body of up to 64 bytes
+        // (the first words, the SSE2 blocks and the SWAR words), the
+        // string at several offsets in the input, and inputs that end at
+        // the string's end or a few bytes after it (the SSE2 path's last,
+        // overlapping block) or inside it.
+        let specials: [&[u8]; 9] = [
+            b"\"",
+            b"\\",
+            b"\\n",
+            b"\\u00e9",
+            b"\\u00g9",
+            b"\\x",
+            b"\n",
+            b"\x1f",
+            b"\xc3\xa9",
+        ];
+        let tails: [&[u8]; 6] = [
+            b"",
+            b"\"",
+            b"\"}",
+            b"\"12345",
+            b"\"123456789abcd",
+            b"\"\"\"\\",
+        ];
+        for len in 0..64 {
             for at in 0..=len {
-                for special in [
-                    &b"\""[..],
-                    b"\\",
-                    b"\\n",
-                    b"\\u00e9",
-                    b"\\x",
-                    b"\n",
-                    b"\x1f",
-                    b"\xc3\xa9",
-                ] {
-                    let mut s = vec![b'"'];
-                    s.extend(std::iter::repeat_n(b'a', at));
-                    s.extend_from_slice(special);
-                    s.extend(std::iter::repeat_n(b'b', len - at));
-                    for tail in [&b"\""[..], b"\"}", b""] {
-                        let mut t = s.clone();
-                        t.extend_from_slice(tail);
-                        assert_eq!(
-                            scan_string(&t, 0),
-                            naive_string(&t, 0),
-                            "{:?}",
-                            String::from_utf8_lossy(&t)
+                for special in specials {
+                    for off in [0, 1, 7, 8, 15, 16] {
+                        let mut s = vec![b'x'; off];
+                        s.push(b'"');
+                        s.extend(std::iter::repeat_n(b'a', at));
+                        s.extend_from_slice(special);
+                        s.extend(std::iter::repeat_n(b'b', len - at));
+                        for tail in tails {
+                            let mut t = s.clone();
+                            t.extend_from_slice(tail);
+                            assert_eq!(
+                                scan_string(&t, off),
+                                naive_string(&t, off),
+                                "{off} {:?}",
+                                String::from_utf8_lossy(&t)
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plain_end_stops_at_the_first_special_byte() {
+        // The contract both builds share: no special byte before the
+        // index, and the byte at it is special unless fewer than eight
+        // bytes are left there.
+        let special = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+        for len in 0..70 {
+            for at in 0..=len {
+                for c in [b'"', b'\\', 0, 0x1f] {
+                    let mut b = vec![0x7f; len];
+                    if at < len {
+                        b[at] = c;
+                    }
+                    for i in 0..=len {
+                        let j = plain_end(&b, i);
+                        let first = (i..len).find(|&k| special(b[k])).unwrap_or(len);
+                        assert!(j <= first, "len {len} at {at} i {i}: {j}");
+                        assert!(
+                            j >= i && (j == first || len - j < 8),
+                            "len {len} at {at} i {i}: {j}"
                         );
                     }
                 }
