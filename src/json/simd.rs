@@ -37,7 +37,7 @@ use safe_arch::{
 /// unsigned "at most 0x20" test (`min(t, 0x20) == t`) on the XORed bytes
 /// finds both; an equality test finds `\`.
 #[inline(always)]
-fn special_mask(block: &[u8; 16]) -> u32 {
+pub(super) fn special_mask(block: &[u8; 16]) -> u32 {
     let v = load_unaligned_m128i(block);
     let t = bitxor_m128i(v, set_splat_i8_m128i(0x02));
     let low = cmp_eq_mask_i8_m128i(min_u8_m128i(t, set_splat_i8_m128i(0x20)), t);

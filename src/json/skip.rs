@@ -47,7 +47,8 @@ fn string_special(w: u64) -> u64 {
 /// Validates the string starting at `b[i]` (which must be `"`).
 ///
 /// Returns the index just after the closing quote and whether the string
-/// contains a backslash escape. Scans eight bytes at a time.
+/// contains a backslash escape. Scans sixteen bytes at a time with SSE2,
+/// eight (a SWAR word) elsewhere.
 ///
 /// # Errors
 /// [`Invalid`] for an unterminated string, a raw control character, or a
@@ -57,11 +58,54 @@ pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
     if b.get(i) != Some(&b'"') {
         return Err(Invalid);
     }
-    // Most strings of a chunk (keys, short tokens) end within the word
-    // after the opening quote without an escape: one word test, inlined
-    // into the caller, then the second word; the loop (out of line) goes
-    // on from where these tests stopped, without testing a word again.
-    let mut at = i + 1;
+    string_first(b, i + 1)
+}
+
+/// [`scan_string`] past the opening quote at `at - 1`, inlined into the
+/// caller: most strings of a chunk (keys, short tokens) end within the
+/// sixteen bytes after the quote without an escape, so one SSE2 block
+/// test ([`super::simd`]) ends them without a call; the loop (out of line)
+/// goes on from where this test stopped, without testing a byte again.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+))]
+#[inline(always)]
+fn string_first(b: &[u8], at: usize) -> Result<(usize, bool), Invalid> {
+    let Some(block) = b.get(at..).and_then(<[u8]>::first_chunk::<16>) else {
+        return string_first_word(b, at);
+    };
+    let m = super::simd::special_mask(block);
+    if m == 0 {
+        return string_rest(b, at + 16);
+    }
+    let k = m.trailing_zeros() as usize;
+    if block[k & 15] == b'"' {
+        return Ok((at + k + 1, false));
+    }
+    string_rest(b, at + k)
+}
+
+/// [`scan_string`] past the opening quote at `at - 1`, inlined into the
+/// caller: most strings of a chunk (keys, short tokens) end within the
+/// word after the quote without an escape, so one word test ends them
+/// without a call, then the second word; the loop (out of line) goes on
+/// from where these tests stopped, without testing a word again. (With
+/// SSE2, for strings less than sixteen bytes from the end of the input.)
+#[cfg(not(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+)))]
+#[inline(always)]
+fn string_first(b: &[u8], at: usize) -> Result<(usize, bool), Invalid> {
+    string_first_word(b, at)
+}
+
+/// [`string_first`] a SWAR word per step.
+#[inline(always)]
+fn string_first_word(b: &[u8], mut at: usize) -> Result<(usize, bool), Invalid> {
     if let Some(word) = b.get(at..at + 8) {
         let mut w = [0u8; 8];
         w.copy_from_slice(word);
