@@ -4,7 +4,9 @@
 //!    texts `serde_json` accepts (grammar only: lone surrogates and invalid
 //!    UTF-8 in strings are accepted by design, so those inputs are skipped;
 //!    nesting is kept below both depth limits), and `ObjectWalker` yields
-//!    the same members (decoded keys, values) as `serde_json`'s map.
+//!    the same members (decoded keys, values) as `serde_json`'s map;
+//!    `scan_string` (SSE2 or SWAR words) at each `"` of the bytes gives what
+//!    a bytewise reading of the string grammar gives.
 //! 2. An arbitrary chunk-like JSON object (built by `arbitrary`, serialized
 //!    with random whitespace and escaped keys) between a stream's chunks:
 //!    the choices `ChatStream` reads from it (`index`, `delta.content`,
@@ -31,7 +33,9 @@ use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
 use citestream::cite::{MarkerTracker, OffsetUnit};
-use citestream::fuzzing::{self, FastRead, ObjectWalker, decode_str, scan_value, skip_ws};
+use citestream::fuzzing::{
+    self, FastRead, Invalid, ObjectWalker, decode_str, scan_string, scan_value, skip_ws,
+};
 use citestream::{ChatStream, Sources};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -360,8 +364,60 @@ fn max_nesting(b: &[u8]) -> usize {
     m
 }
 
+/// The string at `b[i]` a byte at a time, the grammar as written: its end
+/// and whether it has an escape.
+fn naive_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
+    if b.get(i) != Some(&b'"') {
+        return Err(Invalid);
+    }
+    let (mut i, mut escaped) = (i + 1, false);
+    loop {
+        match *b.get(i).ok_or(Invalid)? {
+            b'"' => return Ok((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                match b.get(i + 1).ok_or(Invalid)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                    b'u' => {
+                        let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return Err(Invalid);
+                        }
+                        i += 6;
+                    }
+                    _ => return Err(Invalid),
+                }
+            }
+            c if c < 0x20 => return Err(Invalid),
+            _ => i += 1,
+        }
+    }
+}
+
 /// Part 1: grammar and members of arbitrary bytes.
 fn raw_json(b: &[u8]) {
+    // Every string start (the first 64 quotes), on the whole input and on
+    // the input cut right after the string's end (the last, overlapping
+    // SSE2 block; the word path of short inputs).
+    let quotes = (0..b.len()).filter(|&i| b[i] == b'"');
+    for i in quotes.take(64) {
+        let want = naive_string(b, i);
+        assert_eq!(scan_string(b, i), want, "string at {i}");
+        if let Ok((end, _)) = want {
+            let cut = &b[..end];
+            assert_eq!(
+                scan_string(cut, i),
+                naive_string(cut, i),
+                "cut string at {i}"
+            );
+            let tail = &b[i..end];
+            assert_eq!(
+                scan_string(tail, 0),
+                naive_string(tail, 0),
+                "tail string at {i}"
+            );
+        }
+    }
     if max_nesting(b) > 100 {
         return;
     }
