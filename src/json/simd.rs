@@ -46,7 +46,7 @@ pub(super) fn special_mask(block: &[u8; 16]) -> u32 {
     move_mask_i8_m128i(bitor_m128i(low, backslash)) as u32
 }
 
-/// Index of the first byte at or after `i` that is `"`, `\\` or below
+/// Index of the first byte at or after `i` that is `"`, `\` or below
 /// 0x20, or `b.len()` when there is none (`i` itself when `i` is past
 /// the end). Sixteen bytes per step; the last step tests the last sixteen
 /// bytes of `b` and ignores those before `i`. `None` when `b` is shorter

@@ -173,7 +173,7 @@ fn string_rest(b: &[u8], mut i: usize) -> Result<(usize, bool), Invalid> {
     }
 }
 
-/// Index of the first byte at or after `i` that is `"`, `\\` or below
+/// Index of the first byte at or after `i` that is `"`, `\` or below
 /// 0x20, or the end of `b`: sixteen bytes per step with SSE2
 /// ([`super::simd`]), a byte per step for inputs shorter than sixteen
 /// bytes.
@@ -196,7 +196,7 @@ fn plain_end(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// Index of the first byte at or after `i` that is `"`, `\\` or below
+/// Index of the first byte at or after `i` that is `"`, `\` or below
 /// 0x20, or an index before it with fewer than eight bytes left (the
 /// caller goes on a byte at a time there): a SWAR word per step.
 #[cfg(not(all(
