@@ -58,54 +58,23 @@ pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
     if b.get(i) != Some(&b'"') {
         return Err(Invalid);
     }
-    string_first(b, i + 1)
-}
-
-/// [`scan_string`] past the opening quote at `at - 1`, inlined into the
-/// caller: most strings of a chunk (keys, short tokens) end within the
-/// sixteen bytes after the quote without an escape, so one SSE2 block
-/// test ([`super::simd`]) ends them without a call; the loop (out of line)
-/// goes on from where this test stopped, without testing a byte again.
-#[cfg(all(
-    target_arch = "x86_64",
-    target_feature = "sse2",
-    not(citestream_disable_simd)
-))]
-#[inline(always)]
-fn string_first(b: &[u8], at: usize) -> Result<(usize, bool), Invalid> {
-    let Some(block) = b.get(at..).and_then(<[u8]>::first_chunk::<16>) else {
-        return string_first_word(b, at);
-    };
-    let m = super::simd::special_mask(block);
-    if m == 0 {
-        return string_rest(b, at + 16);
+    // With SSE2, sixteen bytes after the quote in one block test (below
+    // that, the words).
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "sse2",
+        not(citestream_disable_simd)
+    ))]
+    {
+        if let Some(block) = b.get(i + 1..).and_then(<[u8]>::first_chunk::<16>) {
+            return string_block(b, i + 1, block);
+        }
     }
-    let k = m.trailing_zeros() as usize;
-    if block[k & 15] == b'"' {
-        return Ok((at + k + 1, false));
-    }
-    string_rest(b, at + k)
-}
-
-/// [`scan_string`] past the opening quote at `at - 1`, inlined into the
-/// caller: most strings of a chunk (keys, short tokens) end within the
-/// word after the quote without an escape, so one word test ends them
-/// without a call, then the second word; the loop (out of line) goes on
-/// from where these tests stopped, without testing a word again. (With
-/// SSE2, for strings less than sixteen bytes from the end of the input.)
-#[cfg(not(all(
-    target_arch = "x86_64",
-    target_feature = "sse2",
-    not(citestream_disable_simd)
-)))]
-#[inline(always)]
-fn string_first(b: &[u8], at: usize) -> Result<(usize, bool), Invalid> {
-    string_first_word(b, at)
-}
-
-/// [`string_first`] a SWAR word per step.
-#[inline(always)]
-fn string_first_word(b: &[u8], mut at: usize) -> Result<(usize, bool), Invalid> {
+    // Most strings of a chunk (keys, short tokens) end within the word
+    // after the opening quote without an escape: one word test, inlined
+    // into the caller, then the second word; the loop (out of line) goes
+    // on from where these tests stopped, without testing a word again.
+    let mut at = i + 1;
     if let Some(word) = b.get(at..at + 8) {
         let mut w = [0u8; 8];
         w.copy_from_slice(word);
@@ -121,6 +90,30 @@ fn string_first_word(b: &[u8], mut at: usize) -> Result<(usize, bool), Invalid> 
         }
     }
     string_second(b, at)
+}
+
+/// [`scan_string`] past the opening quote at `at - 1`, `block` the
+/// sixteen bytes from `at`, inlined into the caller: most strings of a
+/// chunk (keys, short tokens) end within them without an escape, so one
+/// SSE2 block test ([`super::simd`]) ends them without a call; the loop
+/// (out of line) goes on from where this test stopped, without testing a
+/// byte again.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+))]
+#[inline(always)]
+fn string_block(b: &[u8], at: usize, block: &[u8; 16]) -> Result<(usize, bool), Invalid> {
+    let m = super::simd::special_mask(block);
+    if m == 0 {
+        return string_rest(b, at + 16);
+    }
+    let k = m.trailing_zeros() as usize;
+    if block[k & 15] == b'"' {
+        return Ok((at + k + 1, false));
+    }
+    string_rest(b, at + k)
 }
 
 /// [`scan_string`] past its first word (nothing before `at` is special):
@@ -150,7 +143,31 @@ fn string_second(b: &[u8], at: usize) -> Result<(usize, bool), Invalid> {
 fn string_rest(b: &[u8], mut i: usize) -> Result<(usize, bool), Invalid> {
     let mut escaped = false;
     loop {
-        i = plain_end(b, i);
+        #[cfg(all(
+            target_arch = "x86_64",
+            target_feature = "sse2",
+            not(citestream_disable_simd)
+        ))]
+        {
+            i = plain_end(b, i);
+        }
+        #[cfg(not(all(
+            target_arch = "x86_64",
+            target_feature = "sse2",
+            not(citestream_disable_simd)
+        )))]
+        {
+            while let Some(word) = b.get(i..i + 8) {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(word);
+                let m = string_special(u64::from_le_bytes(w));
+                if m != 0 {
+                    i += (m.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                i += 8;
+            }
+        }
         match *b.get(i).ok_or(Invalid)? {
             b'"' => return Ok((i + 1, escaped)),
             b'\\' => {
@@ -192,28 +209,6 @@ fn plain_end(b: &[u8], mut i: usize) -> usize {
         .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20)
     {
         i += 1;
-    }
-    i
-}
-
-/// Index of the first byte at or after `i` that is `"`, `\` or below
-/// 0x20, or an index before it with fewer than eight bytes left (the
-/// caller goes on a byte at a time there): a SWAR word per step.
-#[cfg(not(all(
-    target_arch = "x86_64",
-    target_feature = "sse2",
-    not(citestream_disable_simd)
-)))]
-#[inline(always)]
-fn plain_end(b: &[u8], mut i: usize) -> usize {
-    while let Some(word) = b.get(i..i + 8) {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(word);
-        let m = string_special(u64::from_le_bytes(w));
-        if m != 0 {
-            return i + (m.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
     }
     i
 }
@@ -472,33 +467,6 @@ mod tests {
                                 String::from_utf8_lossy(&t)
                             );
                         }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn plain_end_stops_at_the_first_special_byte() {
-        // The contract both builds share: no special byte before the
-        // index, and the byte at it is special unless fewer than eight
-        // bytes are left there.
-        let special = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
-        for len in 0..70 {
-            for at in 0..=len {
-                for c in [b'"', b'\\', 0, 0x1f] {
-                    let mut b = vec![0x7f; len];
-                    if at < len {
-                        b[at] = c;
-                    }
-                    for i in 0..=len {
-                        let j = plain_end(&b, i);
-                        let first = (i..len).find(|&k| special(b[k])).unwrap_or(len);
-                        assert!(j <= first, "len {len} at {at} i {i}: {j}");
-                        assert!(
-                            j >= i && (j == first || len - j < 8),
-                            "len {len} at {at} i {i}: {j}"
-                        );
                     }
                 }
             }
