@@ -82,8 +82,7 @@ impl State {
             Loc::Cur(self.start, next)
         } else {
             self.gather(&chunk[self.start..next]);
-            self.owned = self.partial.split().freeze();
-            self.note_released();
+            self.note_lent();
             Loc::Owned
         };
         let block_start = self.start;
@@ -96,7 +95,8 @@ impl State {
         if let Some(r) = self.id_valid.take() {
             self.last_event_id = match raw {
                 Loc::Cur(..) => chunk.slice(block_start + r.start..block_start + r.end),
-                Loc::Owned => self.owned.slice(r),
+                // (A copy: the gathering buffer is reused.)
+                Loc::Owned => Bytes::copy_from_slice(&self.partial[r]),
             };
         }
         if let Some(n) = self.retry {

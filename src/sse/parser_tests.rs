@@ -140,6 +140,48 @@ fn quick_path_matches_the_general_path_under_every_split() {
     }
 }
 
+/// A gathered frame lent by `next_frame_ref` (no `piece`) is the one
+/// `take_gathered` hands out afterwards, once; a frame within a piece has
+/// none to take. Under every two cuts, taking (every gathered frame, or
+/// every other one, leaving the rest to be let go of in place) or not,
+/// the frames are `next_frame`'s, with oversized blocks, CR line ends and
+/// several `data` lines in the mix.
+#[test]
+fn gathered_frames_are_taken_once_under_every_split() {
+    let input: &[u8] = b"data: a\n\nevent: e\ndata:b\r\n\r\ndata: c\ndata: d\n\n\
+        : ping\n\nevent:x\nid: 7\ndata: e\n\ndata: 0123456789012345678901234567890123456789\n\n\
+        event:y\ndata: h\n\ndata:  f\r\rdata: g";
+    for i in 0..=input.len() {
+        for j in i..=input.len() {
+            let want = drive(input, &[i, j], false);
+            for every in [1, 2] {
+                let mut c = Config::new();
+                c.max_event_size(40);
+                let mut p = Parser::with_config(&c);
+                let (mut frames, mut gathered, mut at) = (Vec::new(), 0, 0);
+                for cut in [i, j, input.len()] {
+                    p.feed(Bytes::copy_from_slice(&input[at..cut]));
+                    at = cut;
+                    while let Some(f) = p.next_frame_ref() {
+                        let (frame, lent) = (f.to_frame(), f.piece().is_none());
+                        assert_eq!(&f.raw_bytes()[..], f.raw(), "split {i} {j}");
+                        if lent {
+                            gathered += 1;
+                        }
+                        if !lent || gathered % every == 0 {
+                            let taken = p.take_gathered();
+                            assert_eq!(taken.as_ref(), lent.then_some(frame.raw()));
+                            assert!(p.take_gathered().is_none(), "split {i} {j}");
+                        }
+                        frames.push(frame);
+                    }
+                }
+                assert_eq!((frames, p.finish()), want, "split {i} {j} every {every}");
+            }
+        }
+    }
+}
+
 /// Pieces queued before the parser is drained (the general loop then goes
 /// on into the queued pieces while `cur` is lent, see `State::advance`):
 /// `next_frame_ref` and `next_frame` hand out the same frames as a

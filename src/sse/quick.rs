@@ -44,7 +44,7 @@ impl Quick<'_> {
 }
 
 /// An event completed by [`State::continue_data`]: its raw bytes are the
-/// gathered `State::owned`.
+/// gathered frame in `State::partial`.
 #[derive(Clone, Debug)]
 pub(super) struct Cont {
     /// The data's range in the raw bytes.
@@ -283,8 +283,7 @@ impl State {
     #[inline(always)]
     fn gathered_event(&mut self, chunk: &[u8], end: usize, data: Range<usize>) -> Cont {
         self.gather(&chunk[self.start..end]);
-        self.owned = self.partial.split().freeze();
-        self.note_released();
+        self.note_lent();
         self.pos = end;
         self.start = end;
         self.line_start = 0;

@@ -43,12 +43,16 @@
 //! still fall through to the general loop (a conditional borrow of `cur`
 //! that a replacement of `cur` would conflict with).
 //!
-//! Gathering (`gather`): a block's first bytes reserve [`GATHER_MIN`], and
-//! the frames split off the buffer (`owned`) are let go of before the next
-//! gather, so the buffer is reclaimed in place once per several spanning
-//! blocks (no allocation in steady state when the consumer drops frames);
-//! a block larger than that grows through `BytesMut::reserve` (at least
-//! doubling).
+//! Gathering (`gather`): a block's first bytes reserve [`GATHER_MIN`] in
+//! `partial`. A gathered block, once complete, stays there as the frame
+//! ([`LENT`]): `next_frame_ref` lends it as it is, and the parser's next
+//! step empties the buffer for the next block (no reference count, no
+//! allocation). Only a consumer that wants it as `Bytes` (`next_frame`,
+//! `Parser::take_gathered`) has it split off, and then the buffer is
+//! reclaimed in place once per several spanning blocks when the consumer
+//! drops those frames. A block larger than that grows through
+//! `BytesMut::reserve` (at least doubling), and the buffer keeps that
+//! room (at most about twice [`Config::max_event_size`](super::Config::max_event_size)).
 //!
 //! Every byte is searched once: where the quick layers give up, the state
 //! they leave is exactly the general loop's after the same bytes. The unit
@@ -83,6 +87,11 @@ const BOM_PENDING: u8 = 4;
 /// cleared with every change of its emptiness, so that the quick layers'
 /// entry test reads one byte).
 const HELD: u8 = 8;
+/// [`State::odd`]: `partial` holds the last gathered frame, lent as it is
+/// (not a block's bytes; [`HELD`] is clear): let go of
+/// ([`State::release_owned`]) before anything else reads `partial`, or
+/// split off as `Bytes` when the consumer asks for it.
+const LENT: u8 = 32;
 /// [`State::odd`]: the piece being scanned is the front of `queue`, not
 /// `cur`: the general loop ran past the end of `cur` (left as it was,
 /// used up) within one call that may lend `cur` (see
@@ -155,8 +164,6 @@ pub(super) struct State {
     pub(super) last_event_id: Bytes,
     pub(super) initial_last_event_id: Bytes,
     pub(super) reconnection_time: Option<u64>,
-    /// Raw bytes of the last frame when it was gathered across pieces.
-    pub(super) owned: Bytes,
     /// Joined data of the last event when it had several `data` lines.
     pub(super) joined: Bytes,
 }
@@ -183,7 +190,6 @@ impl State {
             last_event_id: Bytes::new(),
             initial_last_event_id: Bytes::new(),
             reconnection_time: None,
-            owned: Bytes::new(),
             joined: Bytes::new(),
         }
     }
@@ -217,7 +223,7 @@ impl State {
     /// test for what keeps a block start from being clean.
     #[inline(always)]
     pub(super) fn unclean(&self) -> bool {
-        debug_assert_eq!(self.odd & HELD != 0, !self.partial.is_empty());
+        self.check_held();
         self.odd != 0
     }
 
@@ -225,20 +231,47 @@ impl State {
     /// when not 0).
     #[inline(always)]
     pub(super) fn odd_bits(&self) -> u8 {
-        debug_assert_eq!(self.odd & HELD != 0, !self.partial.is_empty());
+        self.check_held();
         self.odd
+    }
+
+    /// [`HELD`] says whether `partial` holds block bytes (not a lent frame).
+    #[inline(always)]
+    fn check_held(&self) {
+        debug_assert_eq!(
+            self.odd & HELD != 0,
+            !self.partial.is_empty() && self.odd & LENT == 0
+        );
+    }
+
+    /// The block gathered in `partial` is complete: it is now the last
+    /// gathered frame ([`LENT`]), lent from `partial` as it is.
+    #[inline(always)]
+    pub(super) fn note_lent(&mut self) {
+        self.odd = (self.odd & !HELD) | LENT;
+    }
+
+    /// Whether `partial` holds the last gathered frame ([`LENT`]).
+    #[inline(always)]
+    pub(super) fn lent(&self) -> bool {
+        self.odd & LENT != 0
+    }
+
+    /// The last gathered frame as `Bytes` (split off the gathering buffer,
+    /// no copy), when `partial` holds it; empty otherwise.
+    #[inline]
+    pub(super) fn take_lent(&mut self) -> Bytes {
+        if !self.lent() {
+            return Bytes::new();
+        }
+        self.odd &= !LENT;
+        self.partial.split().freeze()
     }
 
     /// Bytes were added to `partial`.
     #[inline(always)]
     pub(super) fn note_held(&mut self) {
         self.odd |= HELD;
-    }
-
-    /// `partial` was emptied (split off or taken).
-    #[inline(always)]
-    pub(super) fn note_released(&mut self) {
-        self.odd &= !HELD;
     }
 
     #[inline]
@@ -305,18 +338,39 @@ impl State {
             && self.pos == self.start
             && self.line_start == 0
             && !self.unclean()
-            && self.owned.is_empty()
             && self.joined.is_empty()
     }
 
+    /// Lets go of the last gathered frame (emptying the gathering buffer
+    /// for the next block) and of the last joined data.
     #[inline]
     pub(super) fn release_owned(&mut self) {
-        if !self.owned.is_empty() {
-            self.owned = Bytes::new();
+        if self.lent() {
+            self.release_lent();
         }
         if !self.joined.is_empty() {
             self.joined = Bytes::new();
         }
+    }
+
+    /// [`release_owned`](Self::release_owned) of the last gathered frame:
+    /// the buffer keeps its room for the next block.
+    #[inline]
+    pub(super) fn release_lent(&mut self) {
+        self.odd &= !LENT;
+        self.partial.clear();
+    }
+
+    /// With the quick layer closed: when only because the last gathered
+    /// frame is lent, lets go of it and says whether the quick layer is
+    /// open now.
+    #[inline(always)]
+    pub(super) fn reopen(&mut self) -> bool {
+        if !self.lent() {
+            return false;
+        }
+        self.release_lent();
+        !self.quick_closed()
     }
 
     /// Appends `b` to the held block bytes. A block's first bytes reserve
@@ -551,8 +605,7 @@ impl State {
         self.set_discard(true);
         self.discard_at_line_start = true;
         self.reset_block();
-        self.owned = std::mem::take(&mut self.partial).freeze();
-        self.note_released();
+        self.note_lent();
         Found::plain(FrameKind::Oversized, Loc::Owned)
     }
 
@@ -598,8 +651,7 @@ impl State {
                 return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
             }
             // The held bytes now, the piece's rest on the next call.
-            self.owned = std::mem::take(&mut self.partial).freeze();
-            self.note_released();
+            self.note_lent();
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
         self.gather(&cur[start..len]);
