@@ -125,6 +125,7 @@ impl State {
 
     pub(super) fn reset_block(&mut self) {
         self.open_data = None;
+        self.open_prefix = false;
         self.data = Data::None;
         self.event = None;
         self.id = None;

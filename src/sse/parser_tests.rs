@@ -182,6 +182,32 @@ fn gathered_frames_are_taken_once_under_every_split() {
     }
 }
 
+/// A line cut within its `data: ` prefix (or right after it) goes on in
+/// the next piece as a `data` line left open does, when it is the block's
+/// first `data` line with no `id` or `retry` before it; lines that only
+/// look like one (`data` without a colon, a `dat` field, a second `data`
+/// line, after an `id`) stay the general loop's. Under every two cuts (a
+/// short middle piece takes the small-read path), both read paths hand out
+/// what a one-piece parse does.
+#[test]
+fn data_lines_cut_in_their_prefix_read_the_same_under_every_split() {
+    let input: &[u8] = b"data: 0123456789012345678901234567890123\n\ndata:x\n\n\
+        event: e\ndata: zz\n\nid: 1\ndata: w\n\ndata\n\ndat: q\n\ndata:\n\n\
+        data: a\ndata: b\n\n: c\ndata: v\n\nretry: 5\ndata: r\n\n";
+    let whole = parse_all(input, &[]);
+    assert_eq!(fields(&whole.0).len(), 9);
+    for i in 0..=input.len() {
+        for j in i..=input.len() {
+            for by_ref in [false, true] {
+                let (frames, tail) = drive_with(Parser::new(), input, &[i, j], by_ref);
+                assert_eq!(fields(&frames), fields(&whole.0), "split {i} {j}");
+                assert_eq!(concat(&frames, &tail), input, "split {i} {j}");
+                assert_eq!(frames, whole.0, "split {i} {j}");
+            }
+        }
+    }
+}
+
 /// Pieces queued before the parser is drained (the general loop then goes
 /// on into the queued pieces while `cur` is lent, see `State::advance`):
 /// `next_frame_ref` and `next_frame` hand out the same frames as a

@@ -19,12 +19,16 @@
 //!   continue   the next piece starts with that open line: it is finished
 //!              (`continue_open` / `continue_data`, one search, one copy)
 //!              and the event handed out from the gathered bytes, before
-//!              and without `advance`.
+//!              and without `advance`. The general loop leaves a block's
+//!              first `data` line open the same way at the end of a piece
+//!              (`open_line`), and a line cut within `data: ` goes on once
+//!              the next piece's first bytes complete the prefix
+//!              (`open_prefix`).
 //!   advance    a piece scanned to its end with nothing queued has its rest
 //!              gathered and stays as the used-up `cur` (`gather_rest`)
 //!              until the next piece replaces it.
-//!   comment    in `scan`, a `:` line then a blank line at a clean block
-//!              start (`quick_comment`): skipped in one step; a comment
+//!   comment    in `advance` (and `scan`), a `:` line then a blank line at
+//!              a clean block start (`quick_comment`): skipped in one step; a comment
 //!              line followed by more lines is consumed as the general
 //!              loop would (it changes nothing) and the loop goes on.
 //!   general    `advance_general` / `scan`: every line, every field, CR and
@@ -155,6 +159,12 @@ pub(super) struct State {
     /// [`State::quick`] reads: the next piece goes on with it in
     /// [`State::continue_data`], not the general loop.
     pub(super) open_data: Option<usize>,
+    /// The held bytes end in the start of what may be the block's first
+    /// `data` line, cut within `data: ` (a proper prefix of `data:`):
+    /// the next piece's first bytes tell, and [`State::continue_open`] goes
+    /// on with the line as with [`open_data`](Self::open_data) when they
+    /// complete it (else the general loop does).
+    pub(super) open_prefix: bool,
     pub(super) data: Data,
     pub(super) scratch: BytesMut,
     pub(super) event: Option<Range<usize>>,
@@ -181,6 +191,7 @@ impl State {
             bom_k: 0,
             discard_at_line_start: true,
             open_data: None,
+            open_prefix: false,
             data: Data::None,
             scratch: BytesMut::new(),
             event: None,
@@ -432,6 +443,14 @@ impl State {
         if self.pos >= cur.len() && self.queue.is_empty() && self.gather_rest(cur) {
             return None;
         }
+        // A comment block at a clean block start (a keep-alive): what the
+        // general loop's first step would find, without the trip there.
+        if !self.quick_closed() && cur.get(self.pos) == Some(&b':') {
+            debug_assert!(self.open_data.is_none() && self.partial.is_empty());
+            if let Some(f) = self.quick_comment(cur) {
+                return Some(f);
+            }
+        }
         self.advance_general(cur)
     }
 
@@ -553,6 +572,9 @@ impl State {
                 }
                 continue;
             }
+            // (A prefix `continue_open` did not go on with is the general
+            // loop's: it finishes the line.)
+            self.open_prefix = false;
             if let Some(v) = self.open_data.take() {
                 if let Some(f) = self.continue_data(chunk, v) {
                     return Some(f.map_or_else(|f| f, Cont::found));
@@ -656,7 +678,30 @@ impl State {
         }
         self.gather(&cur[start..len]);
         self.start = len;
+        self.open_line();
         None
+    }
+
+    /// The piece ended in the middle of a line, its bytes gathered: when
+    /// that line is the block's first `data` line (and no `id` or `retry`
+    /// came before it), the next piece goes on with it as with a `data`
+    /// line the quick layer left open ([`continue_data`](Self::continue_data)),
+    /// not through the general loop: right away when whether its value
+    /// starts with a space is known ([`open_data`](Self::open_data)), after
+    /// a look at the next piece's first bytes when the line is cut within
+    /// `data: ` ([`open_prefix`](Self::open_prefix)).
+    #[inline]
+    pub(super) fn open_line(&mut self) {
+        if !matches!(self.data, Data::None) || self.id.is_some() || self.retry.is_some() {
+            return;
+        }
+        let line = &self.partial[self.line_start.min(self.partial.len())..];
+        if line.len() > 5 && line.starts_with(b"data:") {
+            let space = usize::from(line[5] == b' ');
+            self.open_data = Some(self.line_start + 5 + space);
+        } else if !line.is_empty() && b"data:".starts_with(line) {
+            self.open_prefix = true;
+        }
     }
 
     /// Discard mode: forward bytes until the blank line that ends the
