@@ -80,6 +80,12 @@ use super::quick::Cont;
 /// 4 KiB peak that `tests/sse_alloc.rs` holds the parser to.
 const GATHER_MIN: usize = 4000;
 
+/// The least room of a long block's own buffer (one that outgrew
+/// [`GATHER_MIN`]; see [`State::make_room`]), within the event size
+/// limit: long blocks (a tool call's arguments, search results) run to
+/// tens of KiB, and each doubling on the way there copies the block.
+const LONG_MIN: usize = 16 * 1024;
+
 /// [`State::odd`]: the last byte consumed was a CR line end at the end of
 /// a piece (its LF may start the next one).
 const AFTER_CR: u8 = 1;
@@ -403,7 +409,8 @@ impl State {
     /// still held, and otherwise grows it (at least doubling). A block
     /// leaving the shared room (outgrowing [`GATHER_MIN`]) is a long one
     /// (a whole response, a tool call's arguments): it moves to a buffer
-    /// of its own with room for as much again, its bytes copied once
+    /// of its own with room for as much again, and at least [`LONG_MIN`]
+    /// (both within the size limit), its bytes copied once
     /// (`reserve` would keep and copy along the dead bytes before it, or
     /// first move it within the old buffer), and grows there. The last
     /// gathered frame, if the parser still holds it, is let go of first.
@@ -416,7 +423,11 @@ impl State {
         } else if held <= GATHER_MIN && held + n > GATHER_MIN {
             let need = held + n;
             let mut own = BytesMut::with_capacity(
-                need.max(need.saturating_mul(2).min(self.max.saturating_add(2))),
+                need.max(
+                    LONG_MIN
+                        .max(need.saturating_mul(2))
+                        .min(self.max.saturating_add(2)),
+                ),
             );
             own.extend_from_slice(&self.partial);
             self.partial = own;
