@@ -47,8 +47,8 @@
 //! still fall through to the general loop (a conditional borrow of `cur`
 //! that a replacement of `cur` would conflict with).
 //!
-//! Gathering (`gather`): a block's first bytes reserve [`GATHER_MIN`] in
-//! `partial`. A gathered block, once complete, stays there as the frame
+//! Gathering (`gather`): a block's first bytes reserve [`GATHER_FIRST`]
+//! in an empty `partial` (doubling up to [`GATHER_MIN`] as blocks need). A gathered block, once complete, stays there as the frame
 //! ([`LENT`]): `next_frame_ref` lends it as it is, and the parser's next
 //! step empties the buffer for the next block (no reference count, no
 //! allocation). Only a consumer that wants it as `Bytes` (`next_frame`,
@@ -75,10 +75,18 @@ use super::line_end::find_line_end;
 use super::parser::BOM;
 use super::quick::Cont;
 
-/// The least room reserved for a block's bytes when it starts spanning
-/// pieces (see [`State::gather`]): a page with its header, under the
-/// 4 KiB peak that `tests/sse_alloc.rs` holds the parser to.
+/// The room shared by the blocks that span pieces (see [`State::gather`]):
+/// a page with its header, under the 4 KiB peak that `tests/sse_alloc.rs`
+/// holds the parser to. A block outgrowing it is a long one.
 const GATHER_MIN: usize = 4000;
+
+/// The room a block's first gathered bytes reserve in an empty buffer
+/// (when they need no more): under 1 KiB, so that glibc serves it from its
+/// small bins (a request of 1 KiB or more first consolidates the
+/// allocator's fast bins: about 950 instructions on a busy heap, once per
+/// stream that gathers). The buffer then doubles up to [`GATHER_MIN`];
+/// with the frames let go of, it keeps its room for the next blocks.
+const GATHER_FIRST: usize = 1000;
 
 /// The least room of a long block's own buffer (one that outgrew
 /// [`GATHER_MIN`]; see [`State::make_room`]), within the event size
@@ -390,10 +398,11 @@ impl State {
         !self.quick_closed()
     }
 
-    /// Appends `b` to the held block bytes. A block's first bytes reserve
-    /// at least [`GATHER_MIN`], so the buffer, once the frames split off it
-    /// are let go of, is reclaimed once per several spanning blocks rather
-    /// than per block; a block that grows past that grows geometrically.
+    /// Appends `b` to the held block bytes. A block's first bytes in an
+    /// empty buffer reserve at least [`GATHER_FIRST`], and the buffer
+    /// doubles from there, so that, once the frames split off it are let
+    /// go of, it is reclaimed once per several spanning blocks rather than
+    /// per block; a block that outgrows [`GATHER_MIN`] gets its own.
     #[inline]
     pub(super) fn gather(&mut self, b: &[u8]) {
         if self.partial.capacity() - self.partial.len() < b.len() {
@@ -404,7 +413,7 @@ impl State {
     }
 
     /// [`gather`](Self::gather) when the buffer is short of room for `n`
-    /// more bytes: a block's first bytes reserve at least [`GATHER_MIN`];
+    /// more bytes: a block's first bytes reserve at least [`GATHER_FIRST`];
     /// `reserve` reclaims the buffer in place when no frame split off it is
     /// still held, and otherwise grows it (at least doubling). A block
     /// leaving the shared room (outgrowing [`GATHER_MIN`]) is a long one
@@ -419,7 +428,7 @@ impl State {
         self.release_owned();
         let held = self.partial.len();
         if held == 0 {
-            self.partial.reserve(n.max(GATHER_MIN));
+            self.partial.reserve(n.max(GATHER_FIRST));
         } else if held <= GATHER_MIN && held + n > GATHER_MIN {
             let need = held + n;
             let mut own = BytesMut::with_capacity(
