@@ -589,6 +589,15 @@ impl<H: Handler> SseRewriter<H> {
     /// their slot in the output queue (see [`Out::pass`]).
     #[inline(always)]
     fn fill_gathered(&mut self) {
+        if self.h.out().gathered.is_some() {
+            self.fill_slot();
+        }
+    }
+
+    /// [`fill_gathered`](Self::fill_gathered) of a slot (out of line: most
+    /// frames lie within a piece).
+    #[inline(never)]
+    fn fill_slot(&mut self) {
         if let Some(i) = self.h.out().gathered.take() {
             if let Some(b) = self.parser.take_gathered() {
                 self.h.out().queue[i] = b;
