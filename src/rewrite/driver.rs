@@ -186,14 +186,22 @@ pub struct Out {
     /// [`LineEnd`](crate::sse::Frame::LineEnd) right after it completed that
     /// CR and must not follow our LF-framed copy.
     pub(crate) swallow_line_end: bool,
+    /// The queue's slot for the frame being handled, passed through
+    /// unchanged but gathered across pieces by the parser: the driver puts
+    /// its bytes there ([`Parser::take_gathered`]) once the handler is done
+    /// with the lent frame.
+    gathered: Option<usize>,
 }
 
 impl Out {
-    /// Forwards a frame unchanged.
+    /// Forwards a frame unchanged: a run of its piece, or, for a frame the
+    /// parser gathered across pieces, a slot the driver fills with its
+    /// bytes (no copy) once the frame is handled.
     #[inline]
     pub(crate) fn pass(&mut self, f: &FrameRef<'_>) {
         let Some((piece, at)) = f.piece() else {
-            self.push(f.raw_bytes());
+            self.push(Bytes::new());
+            self.gathered = Some(self.queue.len() - 1);
             return;
         };
         self.pass_span(piece, at, at + f.raw().len());
@@ -439,6 +447,7 @@ impl<H: Handler> SseRewriter<H> {
                 Some(f) => Self::dispatch(&mut self.h, &f),
                 None => break,
             }
+            self.fill_gathered();
         }
         let out = self.h.out();
         let b = out.flush_pop();
@@ -556,6 +565,7 @@ impl<H: Handler> SseRewriter<H> {
         // draining).
         while let Some(f) = self.parser.next_frame_ref() {
             Self::dispatch(&mut self.h, &f);
+            self.fill_gathered();
         }
         if self.ended {
             return;
@@ -573,6 +583,26 @@ impl<H: Handler> SseRewriter<H> {
     #[must_use]
     pub fn sources_emitted(&self) -> bool {
         self.h.sources_emitted()
+    }
+
+    /// Puts the bytes of a gathered frame the handler passed through in
+    /// their slot in the output queue (see [`Out::pass`]).
+    #[inline(always)]
+    fn fill_gathered(&mut self) {
+        if self.h.out().gathered.is_some() {
+            self.fill_slot();
+        }
+    }
+
+    /// [`fill_gathered`](Self::fill_gathered) of a slot (out of line: most
+    /// frames lie within a piece).
+    #[inline(never)]
+    fn fill_slot(&mut self) {
+        if let Some(i) = self.h.out().gathered.take() {
+            if let Some(b) = self.parser.take_gathered() {
+                self.h.out().queue[i] = b;
+            }
+        }
     }
 
     /// Hands one frame to the handler, dropping the LF of a split CRLF

@@ -82,8 +82,7 @@ impl State {
             Loc::Cur(self.start, next)
         } else {
             self.gather(&chunk[self.start..next]);
-            self.owned = self.partial.split().freeze();
-            self.note_released();
+            self.note_lent();
             Loc::Owned
         };
         let block_start = self.start;
@@ -96,7 +95,8 @@ impl State {
         if let Some(r) = self.id_valid.take() {
             self.last_event_id = match raw {
                 Loc::Cur(..) => chunk.slice(block_start + r.start..block_start + r.end),
-                Loc::Owned => self.owned.slice(r),
+                // (A copy: the gathering buffer is reused.)
+                Loc::Owned => Bytes::copy_from_slice(&self.partial[r]),
             };
         }
         if let Some(n) = self.retry {
@@ -125,6 +125,7 @@ impl State {
 
     pub(super) fn reset_block(&mut self) {
         self.open_data = None;
+        self.open_prefix = false;
         self.data = Data::None;
         self.event = None;
         self.id = None;

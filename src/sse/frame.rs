@@ -190,7 +190,7 @@ pub enum FrameKind {
 pub(super) enum Loc {
     /// `cur[start..end]`.
     Cur(usize, usize),
-    /// `State::owned` (gathered across pieces).
+    /// The gathered frame in `State::partial` (its block spanned pieces).
     Owned,
 }
 
@@ -208,7 +208,7 @@ pub struct FrameRef<'a> {
     pub(super) retry: Option<u64>,
     pub(super) last_event_id: &'a Bytes,
     /// Where the raw bytes live: the input piece (with the offset), or the
-    /// parser's gathered buffer.
+    /// parser's gathering buffer.
     pub(super) src: Src<'a>,
     pub(super) joined: &'a Bytes,
 }
@@ -216,7 +216,7 @@ pub struct FrameRef<'a> {
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Src<'a> {
     Piece(&'a Bytes, usize),
-    Owned(&'a Bytes),
+    Gathered,
 }
 
 impl<'a> FrameRef<'a> {
@@ -288,22 +288,26 @@ impl<'a> FrameRef<'a> {
     pub fn piece(&self) -> Option<(&'a Bytes, usize)> {
         match self.src {
             Src::Piece(p, at) => Some((p, at)),
-            Src::Owned(_) => None,
+            Src::Gathered => None,
         }
     }
 
-    /// The raw bytes as `Bytes`: a slice of the input piece, or the parser's
-    /// gathered buffer (no copy either way).
+    /// The raw bytes as `Bytes`: a slice of the input piece (no copy), or,
+    /// for a frame gathered across pieces ([`piece`](Self::piece) is
+    /// `None`), a copy of them: the parser lends those from its gathering
+    /// buffer, which it reuses. [`Parser::take_gathered`](super::Parser::take_gathered)
+    /// moves them out without a copy once the view is dropped.
     #[must_use]
     pub fn raw_bytes(&self) -> Bytes {
         match self.src {
             Src::Piece(p, at) => p.slice(at..at + self.raw.len()),
-            Src::Owned(b) => b.clone(),
+            Src::Gathered => Bytes::copy_from_slice(self.raw),
         }
     }
 
     /// The owned [`Frame`] for this view (what
-    /// [`Parser::next_frame`](super::Parser::next_frame) would have returned).
+    /// [`Parser::next_frame`](super::Parser::next_frame) would have
+    /// returned; its raw bytes as [`raw_bytes`](Self::raw_bytes) makes them).
     #[must_use]
     pub fn to_frame(&self) -> Frame {
         let raw = self.raw_bytes();

@@ -41,6 +41,7 @@
 
 mod fields;
 mod frame;
+mod gather;
 mod line_end;
 mod parser;
 mod quick;

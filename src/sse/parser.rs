@@ -120,7 +120,7 @@ impl fmt::Debug for Parser {
         f.debug_struct("Parser")
             .field("max_event_size", &self.st.max)
             .field("queued", &self.st.queue.len())
-            .field("buffered", &self.st.partial.len())
+            .field("buffered", &self.buffered())
             .field("discarding", &self.st.discard())
             .finish_non_exhaustive()
     }
@@ -173,7 +173,35 @@ impl Parser {
     /// [`Config::max_event_size`] plus one line end).
     #[must_use]
     pub fn buffered(&self) -> usize {
-        self.st.partial.len()
+        if self.st.lent() {
+            0
+        } else {
+            self.st.partial.len()
+        }
+    }
+
+    /// The raw bytes of the frame [`next_frame_ref`](Self::next_frame_ref)
+    /// lent last, when it was gathered across pieces
+    /// ([`FrameRef::piece`] was `None`): split off the parser's gathering
+    /// buffer, no copy. `None` when that frame lay within one piece, or its
+    /// bytes were taken already.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use citestream::sse::Parser;
+    ///
+    /// let mut p = Parser::new();
+    /// p.feed(Bytes::from_static(b"data: a"));
+    /// assert!(p.next_frame_ref().is_none());
+    /// p.feed(Bytes::from_static(b"b\n\n"));
+    /// let f = p.next_frame_ref().unwrap();
+    /// assert!(f.piece().is_none());
+    /// assert_eq!(p.take_gathered().unwrap(), &b"data: ab\n\n"[..]);
+    /// assert!(p.take_gathered().is_none());
+    /// ```
+    #[must_use]
+    pub fn take_gathered(&mut self) -> Option<Bytes> {
+        self.st.lent().then(|| self.st.take_lent())
     }
 
     /// Queues an input piece. Cheap: nothing is parsed until
@@ -274,6 +302,7 @@ impl Parser {
     pub fn finish(&mut self) -> Option<Bytes> {
         self.unstale();
         let st = &mut self.st;
+        st.release_owned();
         let mut tail = std::mem::take(&mut st.partial);
         let cur = std::mem::take(&mut self.cur);
         tail.extend_from_slice(&cur[st.start.min(cur.len())..]);
@@ -318,6 +347,8 @@ impl Parser {
     #[inline(never)]
     fn clean_rest_slow(&mut self) -> Option<(&Bytes, usize)> {
         let st = &mut self.st;
+        // (The last gathered frame first: its view is gone.)
+        st.release_owned();
         if st.unclean() {
             return None;
         }
@@ -332,7 +363,6 @@ impl Parser {
         if st.pos != st.start || st.line_start != 0 {
             return None;
         }
-        st.release_owned();
         Some((&self.cur, st.pos))
     }
 
@@ -449,7 +479,7 @@ impl Parser {
         let f = match self.st.continue_open(&self.cur) {
             Some(Ok(c)) => {
                 return Some(Frame::Event(Event {
-                    raw: std::mem::take(&mut self.st.owned),
+                    raw: self.st.take_lent(),
                     data: DataRepr::Slice(c.data),
                     event: c.event,
                     id: None,
@@ -463,7 +493,7 @@ impl Parser {
         self.unstale();
         let raw = match f.raw {
             Loc::Cur(a, b) => self.cur.slice(a..b),
-            Loc::Owned => std::mem::take(&mut self.st.owned),
+            Loc::Owned => self.st.take_lent(),
         };
         Some(match f.kind {
             FrameKind::Event => Frame::Event(Event {
@@ -510,7 +540,11 @@ impl Parser {
     pub fn next_frame_ref(&mut self) -> Option<FrameRef<'_>> {
         if self.st.quick_closed() {
             self.unstale();
-            return Self::rest_ref(&self.cur, &mut self.st);
+            // (Closed only by the last gathered frame, now let go of: the
+            // quick layer goes on.)
+            if !self.st.reopen() {
+                return Self::rest_ref(&self.cur, &mut self.st);
+            }
         }
         // (The event lent as the quick layer found it: no index checked
         // again. Past this point `cur` is only read, as it is lent.)
@@ -542,7 +576,7 @@ impl Parser {
         let f = match st.continue_open(cur) {
             Some(Ok(c)) => {
                 let st: &'a State = st;
-                let raw: &[u8] = &st.owned;
+                let raw: &[u8] = &st.partial;
                 return Some(FrameRef {
                     kind: FrameKind::Event,
                     raw,
@@ -552,7 +586,7 @@ impl Parser {
                     id: None,
                     retry: None,
                     last_event_id: &st.last_event_id,
-                    src: Src::Owned(&st.owned),
+                    src: Src::Gathered,
                     joined: &st.joined,
                 });
             }
@@ -566,7 +600,7 @@ impl Parser {
         };
         let (raw, src): (&[u8], _) = match f.raw {
             Loc::Cur(a, b) => (&piece[a..b], Src::Piece(piece, a)),
-            Loc::Owned => (&st.owned, Src::Owned(&st.owned)),
+            Loc::Owned => (&st.partial, Src::Gathered),
         };
         let data: &[u8] = match (&f.kind, &f.data) {
             (FrameKind::Event, Some(r)) => &raw[r.clone()],

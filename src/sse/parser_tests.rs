@@ -140,6 +140,74 @@ fn quick_path_matches_the_general_path_under_every_split() {
     }
 }
 
+/// A gathered frame lent by `next_frame_ref` (no `piece`) is the one
+/// `take_gathered` hands out afterwards, once; a frame within a piece has
+/// none to take. Under every two cuts, taking (every gathered frame, or
+/// every other one, leaving the rest to be let go of in place) or not,
+/// the frames are `next_frame`'s, with oversized blocks, CR line ends and
+/// several `data` lines in the mix.
+#[test]
+fn gathered_frames_are_taken_once_under_every_split() {
+    let input: &[u8] = b"data: a\n\nevent: e\ndata:b\r\n\r\ndata: c\ndata: d\n\n\
+        : ping\n\nevent:x\nid: 7\ndata: e\n\ndata: 0123456789012345678901234567890123456789\n\n\
+        event:y\ndata: h\n\ndata:  f\r\rdata: g";
+    for i in 0..=input.len() {
+        for j in i..=input.len() {
+            let want = drive(input, &[i, j], false);
+            for every in [1, 2] {
+                let mut c = Config::new();
+                c.max_event_size(40);
+                let mut p = Parser::with_config(&c);
+                let (mut frames, mut gathered, mut at) = (Vec::new(), 0, 0);
+                for cut in [i, j, input.len()] {
+                    p.feed(Bytes::copy_from_slice(&input[at..cut]));
+                    at = cut;
+                    while let Some(f) = p.next_frame_ref() {
+                        let (frame, lent) = (f.to_frame(), f.piece().is_none());
+                        assert_eq!(&f.raw_bytes()[..], f.raw(), "split {i} {j}");
+                        if lent {
+                            gathered += 1;
+                        }
+                        if !lent || gathered % every == 0 {
+                            let taken = p.take_gathered();
+                            assert_eq!(taken.as_ref(), lent.then_some(frame.raw()));
+                            assert!(p.take_gathered().is_none(), "split {i} {j}");
+                        }
+                        frames.push(frame);
+                    }
+                }
+                assert_eq!((frames, p.finish()), want, "split {i} {j} every {every}");
+            }
+        }
+    }
+}
+
+/// A line cut within its `data: ` prefix (or right after it) goes on in
+/// the next piece as a `data` line left open does, when it is the block's
+/// first `data` line with no `id` or `retry` before it; lines that only
+/// look like one (`data` without a colon, a `dat` field, a second `data`
+/// line, after an `id`) stay the general loop's. Under every two cuts (a
+/// short middle piece takes the small-read path), both read paths hand out
+/// what a one-piece parse does.
+#[test]
+fn data_lines_cut_in_their_prefix_read_the_same_under_every_split() {
+    let input: &[u8] = b"data: 0123456789012345678901234567890123\n\ndata:x\n\n\
+        event: e\ndata: zz\n\nid: 1\ndata: w\n\ndata\n\ndat: q\n\ndata:\n\n\
+        data: a\ndata: b\n\n: c\ndata: v\n\nretry: 5\ndata: r\n\n";
+    let whole = parse_all(input, &[]);
+    assert_eq!(fields(&whole.0).len(), 9);
+    for i in 0..=input.len() {
+        for j in i..=input.len() {
+            for by_ref in [false, true] {
+                let (frames, tail) = drive_with(Parser::new(), input, &[i, j], by_ref);
+                assert_eq!(fields(&frames), fields(&whole.0), "split {i} {j}");
+                assert_eq!(concat(&frames, &tail), input, "split {i} {j}");
+                assert_eq!(frames, whole.0, "split {i} {j}");
+            }
+        }
+    }
+}
+
 /// Pieces queued before the parser is drained (the general loop then goes
 /// on into the queued pieces while `cur` is lent, see `State::advance`):
 /// `next_frame_ref` and `next_frame` hand out the same frames as a

@@ -44,7 +44,7 @@ impl Quick<'_> {
 }
 
 /// An event completed by [`State::continue_data`]: its raw bytes are the
-/// gathered `State::owned`.
+/// gathered frame in `State::partial`.
 #[derive(Clone, Debug)]
 pub(super) struct Cont {
     /// The data's range in the raw bytes.
@@ -174,6 +174,9 @@ impl State {
                 // buffer needs room, or when the next one replaces it.)
                 self.gather(rest);
                 self.start = chunk.len();
+                // Cut right after `data:`: the next piece tells whether a
+                // space follows.
+                self.open_prefix = at + 5 == rest.len();
             }
             return None;
         };
@@ -283,8 +286,7 @@ impl State {
     #[inline(always)]
     fn gathered_event(&mut self, chunk: &[u8], end: usize, data: Range<usize>) -> Cont {
         self.gather(&chunk[self.start..end]);
-        self.owned = self.partial.split().freeze();
-        self.note_released();
+        self.note_lent();
         self.pos = end;
         self.start = end;
         self.line_start = 0;
@@ -308,7 +310,29 @@ impl State {
         // (Set only by `quick`/`continue_data`, so no CR is pending, the
         // BOM is decided and nothing is discarded. The last gathered frame
         // may still be held: the one completed here replaces it.)
-        let v = self.open_data.take()?;
+        let v = match self.open_data.take() {
+            Some(v) => v,
+            None if self.open_prefix => self.prefix_value(cur)?,
+            None => return None,
+        };
         self.continue_data(cur, v)
+    }
+
+    /// [`continue_open`](Self::continue_open) of a line cut within
+    /// `data: ` ([`open_prefix`](State::open_prefix)): the value's start
+    /// (block-relative) when the held bytes and the piece's first ones
+    /// make `data:` and the byte after it; `None` otherwise (the general
+    /// loop goes on with the line).
+    #[inline(never)]
+    fn prefix_value(&mut self, cur: &[u8]) -> Option<usize> {
+        self.open_prefix = false;
+        let held = self.partial.get(self.line_start..)?;
+        let k = held.len().min(6);
+        let mut line = [0u8; 6];
+        line[..k].copy_from_slice(&held[..k]);
+        line[k..].copy_from_slice(cur.get(self.pos..self.pos + (6 - k))?);
+        let space = usize::from(line[5] == b' ');
+        line.starts_with(b"data:")
+            .then_some(self.line_start + 5 + space)
     }
 }

@@ -19,12 +19,16 @@
 //!   continue   the next piece starts with that open line: it is finished
 //!              (`continue_open` / `continue_data`, one search, one copy)
 //!              and the event handed out from the gathered bytes, before
-//!              and without `advance`.
+//!              and without `advance`. The general loop leaves a block's
+//!              first `data` line open the same way at the end of a piece
+//!              (`open_line`), and a line cut within `data: ` goes on once
+//!              the next piece's first bytes complete the prefix
+//!              (`open_prefix`).
 //!   advance    a piece scanned to its end with nothing queued has its rest
 //!              gathered and stays as the used-up `cur` (`gather_rest`)
 //!              until the next piece replaces it.
-//!   comment    in `scan`, a `:` line then a blank line at a clean block
-//!              start (`quick_comment`): skipped in one step; a comment
+//!   comment    in `advance` (and `scan`), a `:` line then a blank line at
+//!              a clean block start (`quick_comment`): skipped in one step; a comment
 //!              line followed by more lines is consumed as the general
 //!              loop would (it changes nothing) and the loop goes on.
 //!   general    `advance_general` / `scan`: every line, every field, CR and
@@ -43,12 +47,18 @@
 //! still fall through to the general loop (a conditional borrow of `cur`
 //! that a replacement of `cur` would conflict with).
 //!
-//! Gathering (`gather`): a block's first bytes reserve [`GATHER_MIN`], and
-//! the frames split off the buffer (`owned`) are let go of before the next
-//! gather, so the buffer is reclaimed in place once per several spanning
-//! blocks (no allocation in steady state when the consumer drops frames);
-//! a block larger than that grows through `BytesMut::reserve` (at least
-//! doubling).
+//! Gathering (`gather`, in [`gather`](super::gather)): a block's first
+//! bytes reserve `GATHER_FIRST` (1000) in an empty `partial`, which
+//! doubles up to `GATHER_MIN` (4000) as blocks need. A gathered block,
+//! once complete, stays there as the frame ([`LENT`]): `next_frame_ref`
+//! lends it as it is, and the parser's next step empties the buffer for
+//! the next block (no reference count, no allocation). Only a consumer
+//! that wants it as `Bytes` (`next_frame`, `Parser::take_gathered`) has it
+//! split off, and then the buffer is reclaimed in place once per several
+//! spanning blocks when the consumer drops those frames. A longer block
+//! moves to a buffer of its own (at least `LONG_MIN`, 16 KiB) and grows
+//! through `BytesMut::reserve` (at least doubling); the buffer keeps that
+//! room (at most about twice [`Config::max_event_size`](super::Config::max_event_size)).
 //!
 //! Every byte is searched once: where the quick layers give up, the state
 //! they leave is exactly the general loop's after the same bytes. The unit
@@ -67,11 +77,6 @@ use super::line_end::find_line_end;
 use super::parser::BOM;
 use super::quick::Cont;
 
-/// The least room reserved for a block's bytes when it starts spanning
-/// pieces (see [`State::gather`]): a page with its header, under the
-/// 4 KiB peak that `tests/sse_alloc.rs` holds the parser to.
-const GATHER_MIN: usize = 4000;
-
 /// [`State::odd`]: the last byte consumed was a CR line end at the end of
 /// a piece (its LF may start the next one).
 const AFTER_CR: u8 = 1;
@@ -83,6 +88,11 @@ const BOM_PENDING: u8 = 4;
 /// cleared with every change of its emptiness, so that the quick layers'
 /// entry test reads one byte).
 const HELD: u8 = 8;
+/// [`State::odd`]: `partial` holds the last gathered frame, lent as it is
+/// (not a block's bytes; [`HELD`] is clear): let go of
+/// ([`State::release_owned`]) before anything else reads `partial`, or
+/// split off as `Bytes` when the consumer asks for it.
+const LENT: u8 = 32;
 /// [`State::odd`]: the piece being scanned is the front of `queue`, not
 /// `cur`: the general loop ran past the end of `cur` (left as it was,
 /// used up) within one call that may lend `cur` (see
@@ -146,6 +156,12 @@ pub(super) struct State {
     /// [`State::quick`] reads: the next piece goes on with it in
     /// [`State::continue_data`], not the general loop.
     pub(super) open_data: Option<usize>,
+    /// The held bytes end in the start of what may be the block's first
+    /// `data` line, cut within `data: ` (a proper prefix of `data:`):
+    /// the next piece's first bytes tell, and [`State::continue_open`] goes
+    /// on with the line as with [`open_data`](Self::open_data) when they
+    /// complete it (else the general loop does).
+    pub(super) open_prefix: bool,
     pub(super) data: Data,
     pub(super) scratch: BytesMut,
     pub(super) event: Option<Range<usize>>,
@@ -155,8 +171,6 @@ pub(super) struct State {
     pub(super) last_event_id: Bytes,
     pub(super) initial_last_event_id: Bytes,
     pub(super) reconnection_time: Option<u64>,
-    /// Raw bytes of the last frame when it was gathered across pieces.
-    pub(super) owned: Bytes,
     /// Joined data of the last event when it had several `data` lines.
     pub(super) joined: Bytes,
 }
@@ -174,6 +188,7 @@ impl State {
             bom_k: 0,
             discard_at_line_start: true,
             open_data: None,
+            open_prefix: false,
             data: Data::None,
             scratch: BytesMut::new(),
             event: None,
@@ -183,7 +198,6 @@ impl State {
             last_event_id: Bytes::new(),
             initial_last_event_id: Bytes::new(),
             reconnection_time: None,
-            owned: Bytes::new(),
             joined: Bytes::new(),
         }
     }
@@ -217,7 +231,7 @@ impl State {
     /// test for what keeps a block start from being clean.
     #[inline(always)]
     pub(super) fn unclean(&self) -> bool {
-        debug_assert_eq!(self.odd & HELD != 0, !self.partial.is_empty());
+        self.check_held();
         self.odd != 0
     }
 
@@ -225,20 +239,47 @@ impl State {
     /// when not 0).
     #[inline(always)]
     pub(super) fn odd_bits(&self) -> u8 {
-        debug_assert_eq!(self.odd & HELD != 0, !self.partial.is_empty());
+        self.check_held();
         self.odd
+    }
+
+    /// [`HELD`] says whether `partial` holds block bytes (not a lent frame).
+    #[inline(always)]
+    fn check_held(&self) {
+        debug_assert_eq!(
+            self.odd & HELD != 0,
+            !self.partial.is_empty() && self.odd & LENT == 0
+        );
+    }
+
+    /// The block gathered in `partial` is complete: it is now the last
+    /// gathered frame ([`LENT`]), lent from `partial` as it is.
+    #[inline(always)]
+    pub(super) fn note_lent(&mut self) {
+        self.odd = (self.odd & !HELD) | LENT;
+    }
+
+    /// Whether `partial` holds the last gathered frame ([`LENT`]).
+    #[inline(always)]
+    pub(super) fn lent(&self) -> bool {
+        self.odd & LENT != 0
+    }
+
+    /// The last gathered frame as `Bytes` (split off the gathering buffer,
+    /// no copy), when `partial` holds it; empty otherwise.
+    #[inline]
+    pub(super) fn take_lent(&mut self) -> Bytes {
+        if !self.lent() {
+            return Bytes::new();
+        }
+        self.odd &= !LENT;
+        self.partial.split().freeze()
     }
 
     /// Bytes were added to `partial`.
     #[inline(always)]
     pub(super) fn note_held(&mut self) {
         self.odd |= HELD;
-    }
-
-    /// `partial` was emptied (split off or taken).
-    #[inline(always)]
-    pub(super) fn note_released(&mut self) {
-        self.odd &= !HELD;
     }
 
     #[inline]
@@ -305,59 +346,39 @@ impl State {
             && self.pos == self.start
             && self.line_start == 0
             && !self.unclean()
-            && self.owned.is_empty()
             && self.joined.is_empty()
     }
 
+    /// Lets go of the last gathered frame (emptying the gathering buffer
+    /// for the next block) and of the last joined data.
     #[inline]
     pub(super) fn release_owned(&mut self) {
-        if !self.owned.is_empty() {
-            self.owned = Bytes::new();
+        if self.lent() {
+            self.release_lent();
         }
         if !self.joined.is_empty() {
             self.joined = Bytes::new();
         }
     }
 
-    /// Appends `b` to the held block bytes. A block's first bytes reserve
-    /// at least [`GATHER_MIN`], so the buffer, once the frames split off it
-    /// are let go of, is reclaimed once per several spanning blocks rather
-    /// than per block; a block that grows past that grows geometrically.
+    /// [`release_owned`](Self::release_owned) of the last gathered frame:
+    /// the buffer keeps its room for the next block.
     #[inline]
-    pub(super) fn gather(&mut self, b: &[u8]) {
-        if self.partial.capacity() - self.partial.len() < b.len() {
-            self.make_room(b.len());
-        }
-        self.partial.extend_from_slice(b);
-        self.note_held();
+    pub(super) fn release_lent(&mut self) {
+        self.odd &= !LENT;
+        self.partial.clear();
     }
 
-    /// [`gather`](Self::gather) when the buffer is short of room for `n`
-    /// more bytes: a block's first bytes reserve at least [`GATHER_MIN`];
-    /// `reserve` reclaims the buffer in place when no frame split off it is
-    /// still held, and otherwise grows it (at least doubling). A block
-    /// leaving the shared room (outgrowing [`GATHER_MIN`]) is a long one
-    /// (a whole response, a tool call's arguments): it moves to a buffer
-    /// of its own with room for as much again, its bytes copied once
-    /// (`reserve` would keep and copy along the dead bytes before it, or
-    /// first move it within the old buffer), and grows there. The last
-    /// gathered frame, if the parser still holds it, is let go of first.
-    #[inline(never)]
-    fn make_room(&mut self, n: usize) {
-        self.release_owned();
-        let held = self.partial.len();
-        if held == 0 {
-            self.partial.reserve(n.max(GATHER_MIN));
-        } else if held <= GATHER_MIN && held + n > GATHER_MIN {
-            let need = held + n;
-            let mut own = BytesMut::with_capacity(
-                need.max(need.saturating_mul(2).min(self.max.saturating_add(2))),
-            );
-            own.extend_from_slice(&self.partial);
-            self.partial = own;
-        } else {
-            self.partial.reserve(n);
+    /// With the quick layer closed: when only because the last gathered
+    /// frame is lent, lets go of it and says whether the quick layer is
+    /// open now.
+    #[inline(always)]
+    pub(super) fn reopen(&mut self) -> bool {
+        if !self.lent() {
+            return false;
         }
+        self.release_lent();
+        !self.quick_closed()
     }
 
     /// Finds the next frame, moving to queued pieces as `cur` runs out.
@@ -377,6 +398,14 @@ impl State {
         self.release_owned();
         if self.pos >= cur.len() && self.queue.is_empty() && self.gather_rest(cur) {
             return None;
+        }
+        // A comment block at a clean block start (a keep-alive): what the
+        // general loop's first step would find, without the trip there.
+        if !self.quick_closed() && cur.get(self.pos) == Some(&b':') {
+            debug_assert!(self.open_data.is_none() && self.partial.is_empty());
+            if let Some(f) = self.quick_comment(cur) {
+                return Some(f);
+            }
         }
         self.advance_general(cur)
     }
@@ -499,6 +528,9 @@ impl State {
                 }
                 continue;
             }
+            // (A prefix `continue_open` did not go on with is the general
+            // loop's: it finishes the line.)
+            self.open_prefix = false;
             if let Some(v) = self.open_data.take() {
                 if let Some(f) = self.continue_data(chunk, v) {
                     return Some(f.map_or_else(|f| f, Cont::found));
@@ -551,8 +583,7 @@ impl State {
         self.set_discard(true);
         self.discard_at_line_start = true;
         self.reset_block();
-        self.owned = std::mem::take(&mut self.partial).freeze();
-        self.note_released();
+        self.note_lent();
         Found::plain(FrameKind::Oversized, Loc::Owned)
     }
 
@@ -598,13 +629,35 @@ impl State {
                 return Some(Found::plain(FrameKind::Oversized, Loc::Cur(start, len)));
             }
             // The held bytes now, the piece's rest on the next call.
-            self.owned = std::mem::take(&mut self.partial).freeze();
-            self.note_released();
+            self.note_lent();
             return Some(Found::plain(FrameKind::Oversized, Loc::Owned));
         }
         self.gather(&cur[start..len]);
         self.start = len;
+        self.open_line();
         None
+    }
+
+    /// The piece ended in the middle of a line, its bytes gathered: when
+    /// that line is the block's first `data` line (and no `id` or `retry`
+    /// came before it), the next piece goes on with it as with a `data`
+    /// line the quick layer left open ([`continue_data`](Self::continue_data)),
+    /// not through the general loop: right away when whether its value
+    /// starts with a space is known ([`open_data`](Self::open_data)), after
+    /// a look at the next piece's first bytes when the line is cut within
+    /// `data: ` ([`open_prefix`](Self::open_prefix)).
+    #[inline]
+    pub(super) fn open_line(&mut self) {
+        if !matches!(self.data, Data::None) || self.id.is_some() || self.retry.is_some() {
+            return;
+        }
+        let line = &self.partial[self.line_start.min(self.partial.len())..];
+        if line.len() > 5 && line.starts_with(b"data:") {
+            let space = usize::from(line[5] == b' ');
+            self.open_data = Some(self.line_start + 5 + space);
+        } else if !line.is_empty() && b"data:".starts_with(line) {
+            self.open_prefix = true;
+        }
     }
 
     /// Discard mode: forward bytes until the blank line that ends the
