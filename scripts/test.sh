@@ -20,6 +20,18 @@ else
 fi
 cargo test --workspace --all-features --doc
 
+# The core's portable build: on x86_64 the JSON string scan is SSE2
+# (src/json/simd.rs); every other target runs the SWAR words. Run the core's
+# tests once more with SIMD off, so both paths are tested on every machine
+# (own target dir: other RUSTFLAGS would rebuild the main one).
+if cargo nextest --version >/dev/null 2>&1; then
+    RUSTFLAGS="--cfg citestream_disable_simd" CARGO_TARGET_DIR=target/nosimd \
+        cargo nextest run -p citestream --all-features --no-fail-fast
+else
+    RUSTFLAGS="--cfg citestream_disable_simd" CARGO_TARGET_DIR=target/nosimd \
+        cargo test -p citestream --all-features --lib --tests --no-fail-fast
+fi
+
 # End-to-end tests (tests/e2e, pytest): real SDKs, redis-server, Envoy and
 # LiteLLM against the hosts, with the loopback replay upstream. Programs they
 # need from Debian: faketime (the quota's midnight test) and Node with npm
