@@ -268,6 +268,7 @@ impl ChatHandler {
             // (Invalid or without choices: nothing to read.)
             Err(Invalid) | Ok(FastScan::NoChoices) => self.out.pass(f),
             Ok(FastScan::Read) => {
+                let opening = self.opening_chunk();
                 for k in 0..self.fast.len() {
                     let FastChoice { index, content } = self.fast[k].clone();
                     let Some(st) = index.and_then(|i| self.choice(i)) else {
@@ -280,7 +281,9 @@ impl ChatHandler {
                         st.tracker.push_json(&d[r]);
                     }
                 }
-                self.learn(f);
+                if !opening {
+                    self.learn(f);
+                }
                 self.out.pass(f);
             }
             // An escaped key, a finish or many choices: the full scan.
