@@ -140,8 +140,14 @@ pub(crate) struct ChunkTemplate {
     /// their token hashes (`learn::token_hash`; not a copy of the chunk:
     /// learning allocates only the literal text).
     sample_holes: [u32; MAX_HOLES],
+    /// Valid, learned with holes other than contents and not matched yet
+    /// (its first match refines it).
     probation: bool,
     valid: bool,
+    /// Valid and not on probation: matched by the walk of its shape
+    /// ([`walk_contents`](Self::walk_contents)) alone (one flag for the
+    /// hot path to test).
+    ready: bool,
 }
 
 impl Default for ChunkTemplate {
@@ -164,6 +170,7 @@ static EMPTY: ChunkTemplate = ChunkTemplate {
     sample_holes: [0; MAX_HOLES],
     probation: false,
     valid: false,
+    ready: false,
 };
 
 /// Whether `a == b` for slices of equal length, without a library call
@@ -267,24 +274,27 @@ impl ChunkTemplate {
     /// framed template), its content bodies into `c`.
     #[inline]
     pub(crate) fn matches(&mut self, s: &[u8], c: &mut Contents) -> bool {
-        if self.walk_contents(s, c) != Some(s.len()) {
-            return false;
-        }
-        if self.probation {
-            self.refine(s);
-        }
-        true
+        let end = if self.ready {
+            self.walk_contents(s, c)
+        } else if self.probation {
+            self.first_match(s, c, true)
+        } else {
+            None
+        };
+        end == Some(s.len())
     }
 
     /// Matches a framed template at the start of `s` (an input piece's
     /// rest): the event's length, its content bodies into `c`.
     #[inline]
     pub(crate) fn matches_event(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
-        let end = self.walk_contents(s, c)?;
-        if self.probation {
-            self.refine(&s[..end]);
+        if self.ready {
+            self.walk_contents(s, c)
+        } else if self.probation {
+            self.first_match(s, c, false)
+        } else {
+            None
         }
-        Some(end)
     }
 
     /// The walk recording the content bodies into `c`: a template of one
@@ -293,12 +303,9 @@ impl ChunkTemplate {
     /// a content, then `obfuscation`; a reasoning delta), one with number
     /// holes out of line ([`walk_numbers`](Self::walk_numbers)), any other
     /// by [`walk_any`](Self::walk_any) out of line
-    /// ([`walk_other`](Self::walk_other)).
+    /// ([`walk_other`](Self::walk_other)). Of a valid template only.
     #[inline(always)]
     fn walk_contents(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
-        if !self.valid {
-            return None;
-        }
         if let (1, [(end, Hole::Content(i)), ..]) = (self.n, &self.holes) {
             return self.walk_one(s, usize::from(*end), *i, c);
         }
@@ -454,11 +461,10 @@ impl ChunkTemplate {
     #[cfg(any(test, fuzzing))]
     pub(crate) fn walks_agree(&self, s: &[u8]) -> bool {
         let (mut c1, mut c2) = (Contents::default(), Contents::default());
-        let one = self.walk_contents(s, &mut c1);
-        let general = if self.valid {
-            self.walk_any(s, &mut c2)
+        let (one, general) = if self.valid {
+            (self.walk_contents(s, &mut c1), self.walk_any(s, &mut c2))
         } else {
-            None
+            (None, None)
         };
         let (mut c3, mut unsure) = (Contents::default(), false);
         let nums_agree = !(self.valid && self.nums_one) || {

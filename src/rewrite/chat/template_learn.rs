@@ -16,7 +16,7 @@
 
 use std::ops::Range;
 
-use super::{ChunkTemplate, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE};
+use super::{ChunkTemplate, Contents, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE};
 
 /// A hash of a hole token (with its length), to tell on a template's
 /// first match which holes hold the same token as in the chunk it was
@@ -54,11 +54,28 @@ fn nums_one(literal: &[u8], holes: &[(u16, Hole)]) -> bool {
 }
 
 impl ChunkTemplate {
-    /// The first match of a fresh template: the holes (but contents) whose
-    /// token is the same as in the chunk learned from (same length and
-    /// [`token_hash`]) become literal text.
+    /// [`matches`](ChunkTemplate::matches) (`whole`) and
+    /// [`matches_event`](ChunkTemplate::matches_event) of a template on
+    /// probation, out of line: the walk's answer; a match (of the whole
+    /// of `s` when `whole`) is the template's first, which refines it
+    /// ([`refine`](Self::refine)).
     #[cold]
-    pub(super) fn refine(&mut self, s: &[u8]) {
+    #[inline(never)]
+    pub(super) fn first_match(&mut self, s: &[u8], c: &mut Contents, whole: bool) -> Option<usize> {
+        if !self.valid {
+            return None;
+        }
+        let end = self.walk_contents(s, c)?;
+        if !whole || end == s.len() {
+            self.refine(&s[..end]);
+        }
+        Some(end)
+    }
+
+    /// The first match of a fresh template, `s`: the holes (but contents)
+    /// whose token is the same as in the chunk learned from (same length
+    /// and [`token_hash`]) become literal text.
+    fn refine(&mut self, s: &[u8]) {
         self.probation = false;
         let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
         let mut n = 0;
@@ -78,6 +95,7 @@ impl ChunkTemplate {
         if walked == Some(s.len()) && n < self.n {
             self.build(s, &cuts[..n]);
         }
+        self.ready = self.valid;
     }
 
     /// Learns from a chunk the fast scan read as choices `contents` (index,
@@ -93,6 +111,8 @@ impl ChunkTemplate {
         holes: &[Range<usize>],
     ) {
         self.valid = false;
+        self.ready = false;
+        self.probation = false;
         if s.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES - MAX_CONTENTS {
             return;
         }
@@ -128,11 +148,13 @@ impl ChunkTemplate {
         }
         // Only content holes: nothing to refine.
         self.probation = !holes.is_empty();
+        self.ready = !self.probation;
     }
 
     /// Cuts `s` at the sorted, disjoint token ranges `cuts`.
     fn build(&mut self, s: &[u8], cuts: &[(Range<usize>, Hole)]) -> bool {
         self.valid = false;
+        self.ready = false;
         self.literal.clear();
         self.n = 0;
         if cuts.len() > MAX_HOLES {
