@@ -65,37 +65,48 @@ impl ChunkTemplate {
         if !self.valid {
             return None;
         }
-        let end = self.walk_contents(s, c)?;
+        // (One walk: the contents, and a bit for each hole whose token is
+        // the learned one.)
+        let mut same = 0u32;
+        let mut k = 0;
+        let sample_holes = &self.sample_holes;
+        c.n = 0;
+        let end = self.walk(s, |h, r| {
+            let learned = sample_holes.get(k);
+            if !matches!(h, Hole::Content(_))
+                && learned == s.get(r.clone()).map(token_hash).as_ref()
+            {
+                same |= 1 << k;
+            }
+            c.record(h, r);
+            k += 1;
+        })?;
         if !whole || end == s.len() {
-            self.refine(&s[..end]);
+            self.probation = false;
+            if same != 0 {
+                self.refine(&s[..end], same);
+            }
+            self.ready = self.valid;
         }
         Some(end)
     }
 
-    /// The first match of a fresh template, `s`: the holes (but contents)
-    /// whose token is the same as in the chunk learned from (same length
-    /// and [`token_hash`]) become literal text.
-    fn refine(&mut self, s: &[u8]) {
-        self.probation = false;
+    /// Builds the template again from `s`, a chunk it matches, with the
+    /// holes in `same` (a bit each) as literal text.
+    fn refine(&mut self, s: &[u8], same: u32) {
         let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
         let mut n = 0;
         let mut k = 0;
-        let sample_holes = self.sample_holes;
         let walked = self.walk(s, |h, r| {
-            let same = || sample_holes.get(k) == s.get(r.clone()).map(token_hash).as_ref();
-            let keep = matches!(h, Hole::Content(_)) || !same();
-            if keep && n < MAX_HOLES {
+            if same & (1 << k) == 0 && n < MAX_HOLES {
                 cuts[n] = (r, h);
                 n += 1;
             }
             k += 1;
         });
-        // (With every hole kept, the template would be built again as it
-        // is.)
-        if walked == Some(s.len()) && n < self.n {
+        if walked == Some(s.len()) {
             self.build(s, &cuts[..n]);
         }
-        self.ready = self.valid;
     }
 
     /// Learns from a chunk the fast scan read as choices `contents` (index,
