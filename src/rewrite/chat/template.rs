@@ -38,8 +38,12 @@ pub(crate) enum Hole {
     Str,
     /// Any JSON number.
     Num,
-    /// The `delta.content` string of the choice with this index.
-    Content(u32),
+    /// The `delta.content` string of the choice with this index. (A byte,
+    /// so that a hole takes two and the templates, moved with the
+    /// rewriter when it is made, stay small: a chunk with a higher index,
+    /// far above [`MAX_CHOICES`](crate::rewrite::MAX_CHOICES) and ignored,
+    /// teaches no template.)
+    Content(u8),
 }
 
 /// The content bodies a match found: (choice index, raw body range).
@@ -55,7 +59,7 @@ impl Contents {
     fn record(&mut self, h: Hole, r: Range<usize>) {
         if let Hole::Content(i) = h {
             if let Some(slot) = self.at.get_mut(self.n) {
-                *slot = (i, r.start + 1, r.end - 1);
+                *slot = (u32::from(i), r.start + 1, r.end - 1);
                 self.n += 1;
             }
         }
@@ -307,7 +311,7 @@ impl ChunkTemplate {
     #[inline(always)]
     fn walk_contents(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
         if let (1, [(end, Hole::Content(i)), ..]) = (self.n, &self.holes) {
-            return self.walk_one(s, usize::from(*end), *i, c);
+            return self.walk_one(s, usize::from(*end), u32::from(*i), c);
         }
         if self.numbers {
             return self.walk_numbers(s, c);
@@ -404,7 +408,7 @@ impl ChunkTemplate {
         }
         let (len, _) = json::scan_string(r, 0).map_err(|_| Mismatch)?;
         let start = pos + seg.len();
-        c.at[0] = (i, start + 1, start + len - 1);
+        c.at[0] = (u32::from(i), start + 1, start + len - 1);
         c.n = 1;
         match r.get(len..).and_then(|r| r.get(..tail.len())) {
             Some(got) if same(got, tail) => Ok(start + len + tail.len()),
@@ -561,7 +565,7 @@ impl ChunkTemplate {
         let mut r = r.get(len..)?;
         let mut n = 0;
         if let Hole::Content(i) = first {
-            c.at[0] = (i, end + 1, end + len - 1);
+            c.at[0] = (u32::from(i), end + 1, end + len - 1);
             n = 1;
         }
         if let Some((obf, second)) = second {
@@ -573,7 +577,7 @@ impl ChunkTemplate {
             let len = json::scan_string(hole, 0).ok()?.0;
             if let (Hole::Content(i), Some(slot)) = (second, c.at.get_mut(n)) {
                 let start = s.len() - hole.len();
-                *slot = (i, start + 1, start + len - 1);
+                *slot = (u32::from(i), start + 1, start + len - 1);
                 n += 1;
             }
             r = hole.get(len..)?;

@@ -113,6 +113,8 @@ impl ChunkTemplate {
     /// raw content body; all without a finish) with the other varying
     /// string and number tokens `holes`. `s` is the event's raw bytes
     /// when `framed` (the data then starts at `at`), else the data.
+    /// Nothing is learned (the template is invalid) from more than
+    /// [`MAX_CONTENTS`] contents or a choice index above `u8::MAX`.
     pub(crate) fn learn(
         &mut self,
         s: &[u8],
@@ -142,6 +144,9 @@ impl ChunkTemplate {
             if n - holes.len() == MAX_CONTENTS {
                 return;
             }
+            let Ok(i) = u8::try_from(i) else {
+                return;
+            };
             cuts[n] = (at + c.start - 1..at + c.end + 1, Hole::Content(i));
             n += 1;
         }
