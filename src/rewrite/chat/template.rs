@@ -143,7 +143,7 @@ pub(crate) struct ChunkTemplate {
     /// The `n` hole tokens of the chunk learned from, while on probation:
     /// their token hashes (`learn::token_hash`; not a copy of the chunk:
     /// learning allocates only the literal text).
-    sample_holes: [u32; MAX_HOLES],
+    sample_holes: [u16; MAX_HOLES],
     /// Valid, learned with holes other than contents and not matched yet
     /// (its first match refines it).
     probation: bool,
