@@ -18,6 +18,16 @@ use std::ops::Range;
 
 use super::{ChunkTemplate, Contents, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE};
 
+/// A token range of a chunk a template is cut from (at most
+/// [`MAX_TEMPLATE`] bytes: 16-bit offsets keep the cut lists small) and
+/// the kind of hole it becomes.
+type Cut = (Range<u16>, Hole);
+
+/// `r` as a [`Cut`] range, when its offsets fit.
+fn cut(r: &Range<usize>) -> Option<Range<u16>> {
+    Some(u16::try_from(r.start).ok()?..u16::try_from(r.end).ok()?)
+}
+
 /// A hash of a hole token (with its length), to tell on a template's
 /// first match which holes hold the same token as in the chunk it was
 /// learned from. A collision only turns a hole whose value varies into
@@ -97,17 +107,23 @@ impl ChunkTemplate {
     /// Builds the template again from `s`, a chunk it matches, with the
     /// holes in `same` (a bit each) as literal text.
     fn refine(&mut self, s: &[u8], same: u32) {
-        let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
+        let mut cuts: [Cut; MAX_HOLES] = Default::default();
         let mut n = 0;
         let mut k = 0;
+        let mut fits = true;
         let walked = self.walk(s, |h, r| {
             if same & (1 << k) == 0 && n < MAX_HOLES {
-                cuts[n] = (r, h);
+                match cut(&r) {
+                    Some(r) => cuts[n] = (r, h),
+                    None => fits = false,
+                }
                 n += 1;
             }
             k += 1;
         });
-        if walked == Some(s.len()) {
+        // (A chunk longer than `u16` offsets reach keeps the template as
+        // learned.)
+        if walked == Some(s.len()) && fits {
             self.build(s, &cuts[..n]);
         }
     }
@@ -132,7 +148,7 @@ impl ChunkTemplate {
         if s.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES - MAX_CONTENTS {
             return;
         }
-        let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
+        let mut cuts: [Cut; MAX_HOLES] = Default::default();
         let mut n = 0;
         for h in holes {
             let kind = if s[at + h.start] == b'"' {
@@ -140,7 +156,10 @@ impl ChunkTemplate {
             } else {
                 Hole::Num
             };
-            cuts[n] = (at + h.start..at + h.end, kind);
+            let Some(r) = cut(&(at + h.start..at + h.end)) else {
+                return;
+            };
+            cuts[n] = (r, kind);
             n += 1;
         }
         for (i, c) in contents {
@@ -150,7 +169,10 @@ impl ChunkTemplate {
             let Ok(i) = u8::try_from(i) else {
                 return;
             };
-            cuts[n] = (at + c.start - 1..at + c.end + 1, Hole::Content(i));
+            let Some(r) = cut(&(at + c.start - 1..at + c.end + 1)) else {
+                return;
+            };
+            cuts[n] = (r, Hole::Content(i));
             n += 1;
         }
         let cuts = &mut cuts[..n];
@@ -162,7 +184,7 @@ impl ChunkTemplate {
         for (slot, (r, h)) in self.sample_holes.iter_mut().zip(cuts.iter()) {
             // (Content holes stay holes: not compared.)
             if !matches!(h, Hole::Content(_)) {
-                *slot = token_hash(&s[r.clone()]);
+                *slot = token_hash(&s[usize::from(r.start)..usize::from(r.end)]);
             }
         }
         // Only content holes: nothing to refine.
@@ -171,7 +193,7 @@ impl ChunkTemplate {
     }
 
     /// Cuts `s` at the sorted, disjoint token ranges `cuts`.
-    fn build(&mut self, s: &[u8], cuts: &[(Range<usize>, Hole)]) -> bool {
+    fn build(&mut self, s: &[u8], cuts: &[Cut]) -> bool {
         self.valid = false;
         self.ready = false;
         self.literal.clear();
@@ -188,6 +210,7 @@ impl ChunkTemplate {
         }
         let mut at = 0;
         for ((r, h), slot) in cuts.iter().zip(&mut self.holes) {
+            let r = usize::from(r.start)..usize::from(r.end);
             if r.start < at {
                 return false;
             }
