@@ -1,6 +1,6 @@
 //! Learning a template ([`ChunkTemplate::learn`]) from a chunk the fast
 //! scan read, and refining it on its first match
-//! ([`ChunkTemplate::refine`]): the cold side of the
+//! ([`ChunkTemplate::first_match`]): the cold side of the
 //! [template learner](super). The walks that match templates are in the
 //! parent module.
 //!
@@ -69,19 +69,22 @@ fn nums_one(literal: &[u8], holes: &[(u16, Hole)]) -> bool {
 impl ChunkTemplate {
     /// [`matches`](ChunkTemplate::matches) (`whole`) and
     /// [`matches_event`](ChunkTemplate::matches_event) of a template on
-    /// probation, out of line: the walk's answer; a match (of the whole
-    /// of `s` when `whole`) is the template's first, which refines it
-    /// ([`refine`](Self::refine)).
+    /// probation, out of line: the general walk's answer. A match (of the
+    /// whole of `s` when `whole`) is the template's first, which refines
+    /// it: the holes (but contents) whose token is the same as in the
+    /// chunk learned from (same length and [`token_hash`]) become literal
+    /// text, the template cut again from `s` at the others, found in the
+    /// same walk.
     #[cold]
     #[inline(never)]
     pub(super) fn first_match(&mut self, s: &[u8], c: &mut Contents, whole: bool) -> Option<usize> {
         if !self.valid {
             return None;
         }
-        // (One walk: the contents, and a bit for each hole whose token is
-        // the learned one.)
-        let mut same = 0u32;
-        let mut k = 0;
+        // (One walk: the contents, and the holes to keep, those whose
+        // token is not the learned one, as cuts.)
+        let mut cuts: [Cut; MAX_HOLES] = Default::default();
+        let (mut n, mut k, mut dropped, mut fits) = (0, 0, false, true);
         let sample_holes = &self.sample_holes;
         c.n = 0;
         let end = self.walk(s, |h, r| {
@@ -89,43 +92,27 @@ impl ChunkTemplate {
             if !matches!(h, Hole::Content(_))
                 && learned == s.get(r.clone()).map(token_hash).as_ref()
             {
-                same |= 1 << k;
+                dropped = true;
+            } else if let Some(slot) = cuts.get_mut(n) {
+                match cut(&r) {
+                    Some(t) => *slot = (t, h),
+                    None => fits = false,
+                }
+                n += 1;
             }
             c.record(h, r);
             k += 1;
         })?;
         if !whole || end == s.len() {
             self.probation = false;
-            if same != 0 {
-                self.refine(&s[..end], same);
+            // (A chunk longer than `u16` offsets reach keeps the template
+            // as learned.)
+            if dropped && fits {
+                self.build(&s[..end], &cuts[..n]);
             }
             self.ready = self.valid;
         }
         Some(end)
-    }
-
-    /// Builds the template again from `s`, a chunk it matches, with the
-    /// holes in `same` (a bit each) as literal text.
-    fn refine(&mut self, s: &[u8], same: u32) {
-        let mut cuts: [Cut; MAX_HOLES] = Default::default();
-        let mut n = 0;
-        let mut k = 0;
-        let mut fits = true;
-        let walked = self.walk(s, |h, r| {
-            if same & (1 << k) == 0 && n < MAX_HOLES {
-                match cut(&r) {
-                    Some(r) => cuts[n] = (r, h),
-                    None => fits = false,
-                }
-                n += 1;
-            }
-            k += 1;
-        });
-        // (A chunk longer than `u16` offsets reach keeps the template as
-        // learned.)
-        if walked == Some(s.len()) && fits {
-            self.build(s, &cuts[..n]);
-        }
     }
 
     /// Learns from a chunk the fast scan read as choices `contents` (index,
