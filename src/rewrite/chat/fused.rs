@@ -93,6 +93,23 @@ impl ChatHandler {
         }
     }
 
+    /// Whether the chunk the fast scan read as `self.fast` opens every one
+    /// of its choices (an index not seen yet) without text (its content
+    /// absent, `null` or empty): the `{"role":"assistant","content":""}`
+    /// chunk OpenAI-style streams send once per choice. Such a chunk is not
+    /// learned (the caller asks before the chunk adds its choices): its
+    /// template would match nothing later, yet cost its learning and be
+    /// tried on every miss after it. (A stream that does repeat it, the
+    /// role in every chunk and no text yet, pays one more scan: its
+    /// second one.)
+    pub(super) fn opening_chunk(&self) -> bool {
+        let seen = self.choices.len();
+        self.fast.iter().all(|c| {
+            c.index.is_some_and(|i| i as usize >= seen)
+                && c.content.as_ref().is_none_or(|r| r.is_empty())
+        })
+    }
+
     /// Learns a template from a chunk the fast scan read as `self.fast`
     /// (with the varying tokens `self.holes`), when no choice finishes in it, it has
     /// choices and every index is a `u32`: framed when the event is
@@ -406,5 +423,26 @@ mod tests {
             0,
             "over the size limit"
         );
+    }
+
+    /// A choice's opening chunk (its role, no text) teaches no template;
+    /// the chunks after it do.
+    #[test]
+    fn an_opening_chunk_is_not_learned() {
+        let mut rw = rewriter(true);
+        let role = "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+        let ev = |c: &str| {
+            format!(
+                "data: {{\"id\":\"x\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{c}\"}}}}]}}\n\n"
+            )
+        };
+        let input = [role.to_owned(), ev("a")].concat();
+        rw.feed(Bytes::from(input.clone()));
+        let out: Vec<Bytes> = std::iter::from_fn(|| rw.next_output()).collect();
+        assert_eq!(out.concat(), input.as_bytes());
+        let (max, h) = (crate::sse::DEFAULT_MAX_EVENT_SIZE, rw.handler_mut());
+        assert_eq!(h.fused_events(role.as_bytes(), max), 0, "not learned");
+        let more = ev("b [1]");
+        assert_eq!(h.fused_events(more.as_bytes(), max), more.len());
     }
 }

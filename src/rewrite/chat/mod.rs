@@ -161,6 +161,9 @@ pub struct ChatHandler {
     next_hit: [usize; TEMPLATES],
     /// Where the walk of a held tail stopped.
     held: fused::HeldTail,
+    /// Whether the last parsed chunk matched a template: then the next
+    /// one tries them before [`has_finish`].
+    parsed_hits: bool,
     /// Whether whole events are recognised in the input pieces
     /// ([`Handler::fast_events`]); off only to test that path against the
     /// parser's.
@@ -192,6 +195,7 @@ impl ChatStream {
                 last_hit: 0,
                 next_hit: [0, 1, 2, 3],
                 held: fused::HeldTail::default(),
+                parsed_hits: false,
                 fused: true,
             },
         )
@@ -257,17 +261,28 @@ impl ChatHandler {
             self.flush_pending_top();
             return self.out.pass(f);
         }
-        // The hot path: a chunk shaped like a recent one.
-        if self.template_hit(f.raw(), d) {
+        // The hot path: a chunk shaped like a recent one, tried before the
+        // finish search while parsed chunks match templates (every event
+        // is parsed at small reads); after it otherwise (a parsed chunk is
+        // then one the fused path did not take, often a finish chunk,
+        // which no template matches).
+        let hits = self.parsed_hits;
+        if hits && self.template_hit(f.raw(), d) {
             return self.out.pass(f);
         }
+        self.parsed_hits = false;
         if has_finish(d) {
             return self.slow_path(f);
+        }
+        if !hits && self.template_hit(f.raw(), d) {
+            self.parsed_hits = true;
+            return self.out.pass(f);
         }
         match fast_scan(d, &mut self.fast, &mut self.holes, Some(&mut self.prefix)) {
             // (Invalid or without choices: nothing to read.)
             Err(Invalid) | Ok(FastScan::NoChoices) => self.out.pass(f),
             Ok(FastScan::Read) => {
+                let opening = self.opening_chunk();
                 for k in 0..self.fast.len() {
                     let FastChoice { index, content } = self.fast[k].clone();
                     let Some(st) = index.and_then(|i| self.choice(i)) else {
@@ -280,7 +295,9 @@ impl ChatHandler {
                         st.tracker.push_json(&d[r]);
                     }
                 }
-                self.learn(f);
+                if !opening {
+                    self.learn(f);
+                }
                 self.out.pass(f);
             }
             // An escaped key, a finish or many choices: the full scan.

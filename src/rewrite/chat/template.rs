@@ -38,8 +38,12 @@ pub(crate) enum Hole {
     Str,
     /// Any JSON number.
     Num,
-    /// The `delta.content` string of the choice with this index.
-    Content(u32),
+    /// The `delta.content` string of the choice with this index. (A byte,
+    /// so that a hole takes two and the templates, moved with the
+    /// rewriter when it is made, stay small: a chunk with a higher index,
+    /// far above [`MAX_CHOICES`](crate::rewrite::MAX_CHOICES) and ignored,
+    /// teaches no template.)
+    Content(u8),
 }
 
 /// The content bodies a match found: (choice index, raw body range).
@@ -55,7 +59,7 @@ impl Contents {
     fn record(&mut self, h: Hole, r: Range<usize>) {
         if let Hole::Content(i) = h {
             if let Some(slot) = self.at.get_mut(self.n) {
-                *slot = (i, r.start + 1, r.end - 1);
+                *slot = (u32::from(i), r.start + 1, r.end - 1);
                 self.n += 1;
             }
         }
@@ -139,9 +143,15 @@ pub(crate) struct ChunkTemplate {
     /// The `n` hole tokens of the chunk learned from, while on probation:
     /// their token hashes (`learn::token_hash`; not a copy of the chunk:
     /// learning allocates only the literal text).
-    sample_holes: [u32; MAX_HOLES],
+    sample_holes: [u16; MAX_HOLES],
+    /// Valid, learned with holes other than contents and not matched yet
+    /// (its first match refines it).
     probation: bool,
     valid: bool,
+    /// Valid and not on probation: matched by the walk of its shape
+    /// ([`walk_contents`](Self::walk_contents)) alone (one flag for the
+    /// hot path to test).
+    ready: bool,
 }
 
 impl Default for ChunkTemplate {
@@ -164,6 +174,7 @@ static EMPTY: ChunkTemplate = ChunkTemplate {
     sample_holes: [0; MAX_HOLES],
     probation: false,
     valid: false,
+    ready: false,
 };
 
 /// Whether `a == b` for slices of equal length, without a library call
@@ -267,24 +278,27 @@ impl ChunkTemplate {
     /// framed template), its content bodies into `c`.
     #[inline]
     pub(crate) fn matches(&mut self, s: &[u8], c: &mut Contents) -> bool {
-        if self.walk_contents(s, c) != Some(s.len()) {
-            return false;
-        }
-        if self.probation {
-            self.refine(s);
-        }
-        true
+        let end = if self.ready {
+            self.walk_contents(s, c)
+        } else if self.probation {
+            self.first_match(s, c, true)
+        } else {
+            None
+        };
+        end == Some(s.len())
     }
 
     /// Matches a framed template at the start of `s` (an input piece's
     /// rest): the event's length, its content bodies into `c`.
     #[inline]
     pub(crate) fn matches_event(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
-        let end = self.walk_contents(s, c)?;
-        if self.probation {
-            self.refine(&s[..end]);
+        if self.ready {
+            self.walk_contents(s, c)
+        } else if self.probation {
+            self.first_match(s, c, false)
+        } else {
+            None
         }
-        Some(end)
     }
 
     /// The walk recording the content bodies into `c`: a template of one
@@ -293,14 +307,11 @@ impl ChunkTemplate {
     /// a content, then `obfuscation`; a reasoning delta), one with number
     /// holes out of line ([`walk_numbers`](Self::walk_numbers)), any other
     /// by [`walk_any`](Self::walk_any) out of line
-    /// ([`walk_other`](Self::walk_other)).
+    /// ([`walk_other`](Self::walk_other)). Of a valid template only.
     #[inline(always)]
     fn walk_contents(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
-        if !self.valid {
-            return None;
-        }
         if let (1, [(end, Hole::Content(i)), ..]) = (self.n, &self.holes) {
-            return self.walk_one(s, usize::from(*end), *i, c);
+            return self.walk_one(s, usize::from(*end), u32::from(*i), c);
         }
         if self.numbers {
             return self.walk_numbers(s, c);
@@ -397,7 +408,7 @@ impl ChunkTemplate {
         }
         let (len, _) = json::scan_string(r, 0).map_err(|_| Mismatch)?;
         let start = pos + seg.len();
-        c.at[0] = (i, start + 1, start + len - 1);
+        c.at[0] = (u32::from(i), start + 1, start + len - 1);
         c.n = 1;
         match r.get(len..).and_then(|r| r.get(..tail.len())) {
             Some(got) if same(got, tail) => Ok(start + len + tail.len()),
@@ -454,11 +465,10 @@ impl ChunkTemplate {
     #[cfg(any(test, fuzzing))]
     pub(crate) fn walks_agree(&self, s: &[u8]) -> bool {
         let (mut c1, mut c2) = (Contents::default(), Contents::default());
-        let one = self.walk_contents(s, &mut c1);
-        let general = if self.valid {
-            self.walk_any(s, &mut c2)
+        let (one, general) = if self.valid {
+            (self.walk_contents(s, &mut c1), self.walk_any(s, &mut c2))
         } else {
-            None
+            (None, None)
         };
         let (mut c3, mut unsure) = (Contents::default(), false);
         let nums_agree = !(self.valid && self.nums_one) || {
@@ -555,7 +565,7 @@ impl ChunkTemplate {
         let mut r = r.get(len..)?;
         let mut n = 0;
         if let Hole::Content(i) = first {
-            c.at[0] = (i, end + 1, end + len - 1);
+            c.at[0] = (u32::from(i), end + 1, end + len - 1);
             n = 1;
         }
         if let Some((obf, second)) = second {
@@ -567,7 +577,7 @@ impl ChunkTemplate {
             let len = json::scan_string(hole, 0).ok()?.0;
             if let (Hole::Content(i), Some(slot)) = (second, c.at.get_mut(n)) {
                 let start = s.len() - hole.len();
-                *slot = (i, start + 1, start + len - 1);
+                *slot = (u32::from(i), start + 1, start + len - 1);
                 n += 1;
             }
             r = hole.get(len..)?;

@@ -1,6 +1,6 @@
 //! Learning a template ([`ChunkTemplate::learn`]) from a chunk the fast
 //! scan read, and refining it on its first match
-//! ([`ChunkTemplate::refine`]): the cold side of the
+//! ([`ChunkTemplate::first_match`]): the cold side of the
 //! [template learner](super). The walks that match templates are in the
 //! parent module.
 //!
@@ -16,14 +16,26 @@
 
 use std::ops::Range;
 
-use super::{ChunkTemplate, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE};
+use super::{ChunkTemplate, Contents, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE};
+
+/// A token range of a chunk a template is cut from (at most
+/// [`MAX_TEMPLATE`] bytes: 16-bit offsets keep the cut lists small) and
+/// the kind of hole it becomes.
+type Cut = (Range<u16>, Hole);
+
+/// `r` as a [`Cut`] range, when its offsets fit.
+fn cut(r: &Range<usize>) -> Option<Range<u16>> {
+    Some(u16::try_from(r.start).ok()?..u16::try_from(r.end).ok()?)
+}
 
 /// A hash of a hole token (with its length), to tell on a template's
 /// first match which holes hold the same token as in the chunk it was
 /// learned from. A collision only turns a hole whose value varies into
 /// literal text, which the next chunk with another value then misses on
-/// (and a template is learned again): never a wrong match.
-fn token_hash(t: &[u8]) -> u32 {
+/// (and a template is learned again): never a wrong match. (16 bits: a
+/// varying token is taken for constant once in 65536 first matches; the
+/// hashes of the four templates take 256 bytes, not 512.)
+fn token_hash(t: &[u8]) -> u16 {
     const K: u64 = 0x517c_c1b7_2722_0a95;
     let step = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(K);
     let mut words = t.chunks_exact(8);
@@ -34,7 +46,8 @@ fn token_hash(t: &[u8]) -> u32 {
     let mut last = [0u8; 8];
     last[..words.remainder().len()].copy_from_slice(words.remainder());
     let h = step(h, u64::from_le_bytes(last));
-    (h >> 32) as u32 ^ h as u32
+    let h = (h >> 32) as u32 ^ h as u32;
+    (h >> 16) as u16 ^ h as u16
 }
 
 /// Whether `holes` (cutting `literal`) are numbers, then one content hole,
@@ -54,36 +67,60 @@ fn nums_one(literal: &[u8], holes: &[(u16, Hole)]) -> bool {
 }
 
 impl ChunkTemplate {
-    /// The first match of a fresh template: the holes (but contents) whose
-    /// token is the same as in the chunk learned from (same length and
-    /// [`token_hash`]) become literal text.
+    /// [`matches`](ChunkTemplate::matches) (`whole`) and
+    /// [`matches_event`](ChunkTemplate::matches_event) of a template on
+    /// probation, out of line: the general walk's answer. A match (of the
+    /// whole of `s` when `whole`) is the template's first, which refines
+    /// it: the holes (but contents) whose token is the same as in the
+    /// chunk learned from (same length and [`token_hash`]) become literal
+    /// text, the template cut again from `s` at the others, found in the
+    /// same walk.
     #[cold]
-    pub(super) fn refine(&mut self, s: &[u8]) {
-        self.probation = false;
-        let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
-        let mut n = 0;
-        let mut k = 0;
-        let sample_holes = self.sample_holes;
-        let walked = self.walk(s, |h, r| {
-            let same = || sample_holes.get(k) == s.get(r.clone()).map(token_hash).as_ref();
-            let keep = matches!(h, Hole::Content(_)) || !same();
-            if keep && n < MAX_HOLES {
-                cuts[n] = (r, h);
+    #[inline(never)]
+    pub(super) fn first_match(&mut self, s: &[u8], c: &mut Contents, whole: bool) -> Option<usize> {
+        if !self.valid {
+            return None;
+        }
+        // (One walk: the contents, and the holes to keep, those whose
+        // token is not the learned one, as cuts.)
+        let mut cuts: [Cut; MAX_HOLES] = Default::default();
+        let (mut n, mut k, mut dropped, mut fits) = (0, 0, false, true);
+        let sample_holes = &self.sample_holes;
+        c.n = 0;
+        let end = self.walk(s, |h, r| {
+            let learned = sample_holes.get(k);
+            if !matches!(h, Hole::Content(_))
+                && learned == s.get(r.clone()).map(token_hash).as_ref()
+            {
+                dropped = true;
+            } else if let Some(slot) = cuts.get_mut(n) {
+                match cut(&r) {
+                    Some(t) => *slot = (t, h),
+                    None => fits = false,
+                }
                 n += 1;
             }
+            c.record(h, r);
             k += 1;
-        });
-        // (With every hole kept, the template would be built again as it
-        // is.)
-        if walked == Some(s.len()) && n < self.n {
-            self.build(s, &cuts[..n]);
+        })?;
+        if !whole || end == s.len() {
+            self.probation = false;
+            // (A chunk longer than `u16` offsets reach keeps the template
+            // as learned.)
+            if dropped && fits {
+                self.build(&s[..end], &cuts[..n]);
+            }
+            self.ready = self.valid;
         }
+        Some(end)
     }
 
     /// Learns from a chunk the fast scan read as choices `contents` (index,
     /// raw content body; all without a finish) with the other varying
     /// string and number tokens `holes`. `s` is the event's raw bytes
     /// when `framed` (the data then starts at `at`), else the data.
+    /// Nothing is learned (the template is invalid) from more than
+    /// [`MAX_CONTENTS`] contents or a choice index above `u8::MAX`.
     pub(crate) fn learn(
         &mut self,
         s: &[u8],
@@ -93,10 +130,12 @@ impl ChunkTemplate {
         holes: &[Range<usize>],
     ) {
         self.valid = false;
+        self.ready = false;
+        self.probation = false;
         if s.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES - MAX_CONTENTS {
             return;
         }
-        let mut cuts: [(Range<usize>, Hole); MAX_HOLES] = Default::default();
+        let mut cuts: [Cut; MAX_HOLES] = Default::default();
         let mut n = 0;
         for h in holes {
             let kind = if s[at + h.start] == b'"' {
@@ -104,14 +143,23 @@ impl ChunkTemplate {
             } else {
                 Hole::Num
             };
-            cuts[n] = (at + h.start..at + h.end, kind);
+            let Some(r) = cut(&(at + h.start..at + h.end)) else {
+                return;
+            };
+            cuts[n] = (r, kind);
             n += 1;
         }
         for (i, c) in contents {
             if n - holes.len() == MAX_CONTENTS {
                 return;
             }
-            cuts[n] = (at + c.start - 1..at + c.end + 1, Hole::Content(i));
+            let Ok(i) = u8::try_from(i) else {
+                return;
+            };
+            let Some(r) = cut(&(at + c.start - 1..at + c.end + 1)) else {
+                return;
+            };
+            cuts[n] = (r, Hole::Content(i));
             n += 1;
         }
         let cuts = &mut cuts[..n];
@@ -123,16 +171,18 @@ impl ChunkTemplate {
         for (slot, (r, h)) in self.sample_holes.iter_mut().zip(cuts.iter()) {
             // (Content holes stay holes: not compared.)
             if !matches!(h, Hole::Content(_)) {
-                *slot = token_hash(&s[r.clone()]);
+                *slot = token_hash(&s[usize::from(r.start)..usize::from(r.end)]);
             }
         }
         // Only content holes: nothing to refine.
         self.probation = !holes.is_empty();
+        self.ready = !self.probation;
     }
 
     /// Cuts `s` at the sorted, disjoint token ranges `cuts`.
-    fn build(&mut self, s: &[u8], cuts: &[(Range<usize>, Hole)]) -> bool {
+    fn build(&mut self, s: &[u8], cuts: &[Cut]) -> bool {
         self.valid = false;
+        self.ready = false;
         self.literal.clear();
         self.n = 0;
         if cuts.len() > MAX_HOLES {
@@ -147,6 +197,7 @@ impl ChunkTemplate {
         }
         let mut at = 0;
         for ((r, h), slot) in cuts.iter().zip(&mut self.holes) {
+            let r = usize::from(r.start)..usize::from(r.end);
             if r.start < at {
                 return false;
             }

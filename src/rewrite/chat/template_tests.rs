@@ -139,6 +139,17 @@ fn framed_templates_match_events_at_the_start_of_a_piece() {
 }
 
 #[test]
+fn a_choice_index_above_a_byte_is_not_learned() {
+    let mut t = learned(&CHUNK.replace(r#""index":2"#, r#""index":255"#));
+    assert_eq!(t.kinds(), [Hole::Content(255), Hole::Str]);
+    let other = CHUNK
+        .replace(r#""index":2"#, r#""index":255"#)
+        .replace("Hi", "Ho");
+    assert_eq!(content(&mut t, &other), Some(vec![(255, "Ho")]));
+    assert!(!learned(&CHUNK.replace(r#""index":2"#, r#""index":256"#)).valid);
+}
+
+#[test]
 fn large_chunks_are_not_learned() {
     let big = CHUNK.replace("Hi", &"x".repeat(MAX_TEMPLATE));
     assert!(!learned(&big).valid);
