@@ -102,11 +102,16 @@ fn drive(
             let f = if by_ref {
                 // A gathered frame (no piece) is the one `take_gathered`
                 // then hands out, once (taken every other piece).
-                let f = p.next_frame_ref().map(|f| (f.to_frame(), f.piece().is_none()));
+                let f = p
+                    .next_frame_ref()
+                    .map(|f| (f.to_frame(), f.piece().is_none()));
                 if let Some((frame, lent)) = &f {
                     if !lent || i % 2 == 0 {
                         let taken = p.take_gathered();
-                        assert!(taken.as_ref() == lent.then_some(frame.raw()), "take_gathered");
+                        assert!(
+                            taken.as_ref() == lent.then_some(frame.raw()),
+                            "take_gathered"
+                        );
                         assert!(p.take_gathered().is_none(), "take_gathered twice");
                     }
                 }
