@@ -138,8 +138,18 @@ pub(crate) struct ChunkTemplate {
     numbers: bool,
     /// The holes are numbers, then one content hole, and no segment after
     /// a number starts with a byte that could continue it (set by `build`:
-    /// [`walk_nums_one`](Self::walk_nums_one) applies).
+    /// [`walk_nums_one`](Self::walk_nums_one) applies, to one or two
+    /// numbers).
     nums_one: bool,
+    /// For [`walk_nums`](Self::walk_nums): the literal text up to the
+    /// content hole with the last walk's numbers in the number holes, and
+    /// their widths (0: not filled yet).
+    filled: Vec<u8>,
+    widths: [u8; 2],
+    /// The literal text after the content hole as a word, the mask of
+    /// its bytes and its length, when it is one to eight bytes long (else
+    /// a zero mask).
+    tail: (u64, u64, u8),
     /// The `n` hole tokens of the chunk learned from, while on probation:
     /// their token hashes (`learn::token_hash`; not a copy of the chunk:
     /// learning allocates only the literal text).
@@ -171,6 +181,9 @@ static EMPTY: ChunkTemplate = ChunkTemplate {
     framed: false,
     numbers: false,
     nums_one: false,
+    filled: Vec::new(),
+    widths: [0; 2],
+    tail: (0, 0, 0),
     sample_holes: [0; MAX_HOLES],
     probation: false,
     valid: false,
@@ -212,6 +225,24 @@ fn number_end(s: &[u8], i: usize) -> Option<usize> {
         (Some(b'-' | b'0'..=b'9'), _) => json::scan_number(s, i).ok(),
         _ => None,
     }
+}
+
+/// The plain integer at `s[at]` read in one word: the word and the
+/// number of digits, one to seven without a leading zero (`None` for any
+/// other number, or fewer than eight bytes from `at`).
+#[inline(always)]
+fn plain_number(s: &[u8], at: usize) -> Option<(u64, usize)> {
+    let w = u64::from_le_bytes(s.get(at..at + 8)?.try_into().ok()?);
+    let d = json::leading_digits(w);
+    (d.wrapping_sub(1) < 7 && (w as u8 != b'0' || d == 1)).then_some((w, d))
+}
+
+/// Puts the first `d` bytes of `w` (a number) over those of `slot`.
+#[inline(always)]
+fn merge(slot: &mut [u8], w: u64, d: usize) {
+    let keep = !0u64 << (8 * d);
+    let old = u64::from_le_bytes(slot.try_into().unwrap_or([0; 8]));
+    slot.copy_from_slice(&((old & keep) | (w & !keep)).to_le_bytes());
 }
 
 impl ChunkTemplate {
@@ -309,7 +340,7 @@ impl ChunkTemplate {
     /// by [`walk_any`](Self::walk_any) out of line
     /// ([`walk_other`](Self::walk_other)). Of a valid template only.
     #[inline(always)]
-    fn walk_contents(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
+    fn walk_contents(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
         if let (1, [(end, Hole::Content(i)), ..]) = (self.n, &self.holes) {
             return self.walk_one(s, usize::from(*end), u32::from(*i), c);
         }
@@ -339,11 +370,12 @@ impl ChunkTemplate {
 
     /// The walk of a template with number holes (Perplexity's running
     /// `usage`), out of line: the walk and the number scan's word constants
-    /// then have registers of their own. Numbers then one content hole
-    /// straight-line ([`walk_nums_one`](Self::walk_nums_one)), falling back
-    /// to [`walk_any`](Self::walk_any) when that one gives up.
+    /// then have registers of their own. One or two numbers then one
+    /// content hole with one comparison up to the content
+    /// ([`walk_nums_one`](Self::walk_nums_one)), falling back to
+    /// [`walk_any`](Self::walk_any) when that one gives up.
     #[inline(never)]
-    fn walk_numbers(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
+    fn walk_numbers(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
         if self.nums_one {
             let mut unsure = false;
             match self.walk_nums_one(s, c, &mut unsure) {
@@ -355,63 +387,106 @@ impl ChunkTemplate {
         self.walk_any(s, c)
     }
 
-    /// The walk of a template whose holes are numbers, then one content
-    /// hole: no hole dispatch, a number is one to seven plain digits (no
-    /// leading zero) read in one word.
-    /// Its answer is the general walk's (every stop a [`Stop::Mismatch`]:
-    /// a `Result`, which LLVM lays out better here than an `Option`), but a
-    /// stop with `unsure` set: any other number (a sign, a fraction, an
-    /// exponent), or one within a word of the input's end, is left to the
-    /// general walk. (A match is the general walk's: the segment after a
-    /// number starts with a byte that ends the number token, `nums_one`; a
-    /// mismatch is, unless a `.`, `e` or `E` could continue the number.)
+    /// The walk of a template whose holes are one or two numbers, then one
+    /// content hole: [`walk_nums`](Self::walk_nums) for that count (other
+    /// counts are left to the general walk: `unsure`).
     #[inline(always)]
-    fn walk_nums_one(&self, s: &[u8], c: &mut Contents, unsure: &mut bool) -> Result<usize, Stop> {
+    fn walk_nums_one(
+        &mut self,
+        s: &[u8],
+        c: &mut Contents,
+        unsure: &mut bool,
+    ) -> Result<usize, Stop> {
+        match self.n {
+            2 => self.walk_nums::<1>(s, c, unsure),
+            3 => self.walk_nums::<2>(s, c, unsure),
+            _ => {
+                *unsure = true;
+                Err(Stop::Mismatch)
+            }
+        }
+    }
+
+    /// The walk of a template whose holes are `N` numbers, then one
+    /// content hole, with one comparison for all the text before the
+    /// content: each number (one to seven plain digits, no leading zero,
+    /// read in one word where the literal text before it puts it) is
+    /// merged into [`filled`](Self::filled) (the literal text with the
+    /// numbers of the last walk in their holes; rebuilt when a number's
+    /// width changes), which is then compared with the input up to the
+    /// content hole.
+    /// Its answer is the general walk's (every stop a [`Stop::Mismatch`]),
+    /// but a stop with `unsure` set: any other number (a sign, a fraction,
+    /// an exponent), one within a word of the input's end, or a mismatch
+    /// before the content is left to the general walk. (A match is the
+    /// general walk's: the segment after a number starts with a byte that
+    /// ends the number token, `nums_one`.)
+    #[inline(always)]
+    fn walk_nums<const N: usize>(
+        &mut self,
+        s: &[u8],
+        c: &mut Contents,
+        unsure: &mut bool,
+    ) -> Result<usize, Stop> {
         use Stop::Mismatch;
-        let holes = self.holes.get(..self.n).ok_or(Mismatch)?;
-        let Some((&(head, Hole::Content(i)), nums)) = holes.split_last() else {
+        let Some((&nums, &[(head, Hole::Content(i)), ..])) = self.holes.split_first_chunk::<N>()
+        else {
             return Err(Mismatch);
         };
-        // (The literal and the input as shrinking slices: no index
-        // arithmetic per hole.)
-        let (mut lit, mut rest, mut at) = (self.literal.as_slice(), s, 0);
-        for &(end, _) in nums {
-            let end = usize::from(end);
-            let len = end.checked_sub(at).ok_or(Mismatch)?;
-            let (seg, lit_after) = lit.split_at_checked(len).ok_or(Mismatch)?;
-            let (got, r) = rest.split_at_checked(seg.len()).ok_or(Mismatch)?;
-            if !same(got, seg) {
-                *unsure = matches!(rest.first(), Some(b'.' | b'e' | b'E'));
-                return Err(Mismatch);
+        let (mut shift, widths) = (0, self.widths);
+        for (&(end, _), &width) in nums.iter().zip(&widths) {
+            let at = usize::from(end) + shift;
+            match plain_number(s, at) {
+                Some((w, d)) if d == usize::from(width) => {
+                    let Some(slot) = self.filled.get_mut(at..at + 8) else {
+                        *unsure = true;
+                        return Err(Mismatch);
+                    };
+                    merge(slot, w, d);
+                    shift += d;
+                }
+                Some(_) => {
+                    // A width changed: every number is put in anew.
+                    let Some(all) = self.refill(s, &nums) else {
+                        *unsure = true;
+                        return Err(Mismatch);
+                    };
+                    shift = all;
+                    break;
+                }
+                None => {
+                    *unsure = true;
+                    return Err(Mismatch);
+                }
             }
-            // One word: 1 to 7 digits, no leading zero.
-            let Some(w) = r.first_chunk::<8>() else {
-                *unsure = true;
-                return Err(Mismatch);
-            };
-            let w = u64::from_le_bytes(*w);
-            let d = json::leading_digits(w);
-            if d.wrapping_sub(1) >= 7 || (w as u8 == b'0' && d > 1) {
-                *unsure = true;
-                return Err(Mismatch);
-            }
-            rest = r.get(d..).ok_or(Mismatch)?;
-            (lit, at) = (lit_after, end);
         }
-        let len = usize::from(head).checked_sub(at).ok_or(Mismatch)?;
-        let (seg, tail) = lit.split_at_checked(len).ok_or(Mismatch)?;
-        let pos = s.len() - rest.len();
-        let (got, r) = rest.split_at_checked(seg.len()).ok_or(Mismatch)?;
-        if !same(got, seg) {
-            *unsure = matches!(rest.first(), Some(b'.' | b'e' | b'E'));
+        let start = usize::from(head) + shift;
+        let same_head = match (s.get(..start), self.filled.get(..start)) {
+            (Some(got), Some(want)) => got == want,
+            _ => false,
+        };
+        if !same_head {
+            *unsure = true;
             return Err(Mismatch);
         }
-        let (len, _) = json::scan_string(r, 0).map_err(|_| Mismatch)?;
-        let start = pos + seg.len();
-        c.at[0] = (u32::from(i), start + 1, start + len - 1);
+        let (end, _) = json::scan_string(s, start).map_err(|_| Mismatch)?;
+        c.at[0] = (u32::from(i), start + 1, end - 1);
         c.n = 1;
-        match r.get(len..).and_then(|r| r.get(..tail.len())) {
-            Some(got) if same(got, tail) => Ok(start + len + tail.len()),
+        // The tail: in one word (masked) when both are that long.
+        let (tail, mask, len) = self.tail;
+        if let Some(w) = s.get(end..).and_then(|r| r.first_chunk::<8>()) {
+            if mask != 0 {
+                let got = u64::from_le_bytes(*w);
+                return if (got ^ tail) & mask == 0 {
+                    Ok(end + usize::from(len))
+                } else {
+                    Err(Mismatch)
+                };
+            }
+        }
+        let tail = self.literal.get(usize::from(head)..).ok_or(Mismatch)?;
+        match s.get(end..).and_then(|r| r.get(..tail.len())) {
+            Some(got) if same(got, tail) => Ok(end + tail.len()),
             _ => Err(Mismatch),
         }
     }
@@ -465,14 +540,15 @@ impl ChunkTemplate {
     #[cfg(any(test, fuzzing))]
     pub(crate) fn walks_agree(&self, s: &[u8]) -> bool {
         let (mut c1, mut c2) = (Contents::default(), Contents::default());
+        let mut t = self.clone();
         let (one, general) = if self.valid {
-            (self.walk_contents(s, &mut c1), self.walk_any(s, &mut c2))
+            (t.walk_contents(s, &mut c1), self.walk_any(s, &mut c2))
         } else {
             (None, None)
         };
         let (mut c3, mut unsure) = (Contents::default(), false);
         let nums_agree = !(self.valid && self.nums_one) || {
-            let nums = self.walk_nums_one(s, &mut c3, &mut unsure).ok();
+            let nums = t.walk_nums_one(s, &mut c3, &mut unsure).ok();
             if unsure {
                 nums.is_none()
             } else {

@@ -16,7 +16,7 @@
 
 use std::ops::Range;
 
-use super::{ChunkTemplate, Contents, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE};
+use super::{ChunkTemplate, Contents, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE, plain_number};
 
 /// A token range of a chunk a template is cut from (at most
 /// [`MAX_TEMPLATE`] bytes: 16-bit offsets keep the cut lists small) and
@@ -214,7 +214,58 @@ impl ChunkTemplate {
         self.n = cuts.len();
         self.numbers = cuts.iter().any(|c| c.1 == Hole::Num);
         self.nums_one = self.numbers && nums_one(&self.literal, &self.holes[..cuts.len()]);
+        self.widths = [0; 2];
         self.valid = true;
         true
+    }
+
+    /// Rebuilds [`filled`](ChunkTemplate::filled) for the number holes `nums` with
+    /// the numbers of `s` (see [`walk_nums`](ChunkTemplate::walk_nums)): the literal
+    /// text up to the content hole with each number in its hole, then
+    /// eight bytes of room (a number's word is merged in whole). The
+    /// numbers' widths added up, or `None` when a number is not a plain
+    /// one.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refill(&mut self, s: &[u8], nums: &[(u16, Hole)]) -> Option<usize> {
+        let mut found = [(0, 0); 2];
+        let mut shift = 0;
+        for (&(end, _), f) in nums.iter().zip(&mut found) {
+            *f = plain_number(s, usize::from(end) + shift)?;
+            shift += f.1;
+        }
+        self.filled.clear();
+        // (Sized once for the literal text's room: two numbers' seven
+        // digits and a word more; not grown when a width changes.)
+        if self.filled.capacity() < self.literal.len() + 32 {
+            self.filled = Vec::with_capacity(self.literal.capacity() + 32);
+        }
+        let mut at = 0;
+        for (&(end, _), &(w, d)) in nums.iter().zip(&found) {
+            let end = usize::from(end);
+            self.filled.extend_from_slice(&self.literal[at..end]);
+            self.filled.extend_from_slice(&w.to_le_bytes()[..d]);
+            at = end;
+        }
+        let head = self.holes.get(nums.len()).map_or(at, |h| usize::from(h.0));
+        self.filled.extend_from_slice(&self.literal[at..head]);
+        self.filled.extend_from_slice(&[0; 8]);
+        let tail = &self.literal[head.min(self.literal.len())..];
+        self.tail = match tail.len() {
+            1..=8 => {
+                let mut w = [0; 8];
+                w[..tail.len()].copy_from_slice(tail);
+                // (At most eight.)
+                let len = tail.len() as u8;
+                (u64::from_le_bytes(w), !0u64 >> (64 - 8 * tail.len()), len)
+            }
+            _ => (0, 0, 0),
+        };
+        self.widths = [0; 2];
+        for (w, f) in self.widths.iter_mut().zip(&found).take(nums.len()) {
+            // (At most seven.)
+            *w = f.1 as u8;
+        }
+        Some(shift)
     }
 }

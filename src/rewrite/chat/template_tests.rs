@@ -370,3 +370,48 @@ fn walks_of_a_cut_event_go_on_where_they_stopped() {
     let cut = &other.as_bytes()[..20];
     assert_eq!(t.prefix(cut, &mut Contents::default()), Err(Stop::Mismatch));
 }
+
+/// The walk of a numbers-then-content template keeps the last numbers
+/// (`filled`) from one walk to the next: a run of chunks whose numbers
+/// change value and width (and some that are no plain integer, or whose
+/// text around them differs), walked in turn by the same template, gets
+/// the general walk's answer for each (one number hole and two).
+#[test]
+fn walk_nums_agrees_from_one_chunk_to_the_next() {
+    let chunk = |a: &str, b: &str, rest: &str| {
+        format!(
+            r#"{{"id":"p","usage":{{"prompt_tokens":10,"completion_tokens":{a},"total_tokens":{b}}},"choices":[{{"index":0,"delta":{{"content":"Hi"}}}}]{rest}}}"#
+        )
+    };
+    let numbers = [
+        "1", "9", "10", "99", "0", "123", "1234567", "12345678", "07", "-1", "1.5", "2e3", "42",
+        "1000", "5",
+    ];
+    for two in [false, true] {
+        let mut t = learned(&chunk("7", "17", ""));
+        let next = chunk("8", if two { "18" } else { "17" }, "");
+        assert!(t.matches(next.as_bytes(), &mut Contents::default()));
+        assert!(t.nums_one);
+        assert_eq!(t.n, if two { 3 } else { 2 });
+        let (mut k, mut matched) = (0, 0);
+        for a in numbers {
+            for &b in numbers.iter().rev() {
+                k += 1;
+                let rest = if k % 11 == 0 { ",\"x\":1" } else { "" };
+                let mut s = chunk(a, if two { b } else { "17" }, rest);
+                if k % 7 == 0 {
+                    s = s.replace("total", "totaL");
+                }
+                let (mut c1, mut c2) = (Contents::default(), Contents::default());
+                let fast = t.walk_contents(s.as_bytes(), &mut c1);
+                let general = t.walk_any(s.as_bytes(), &mut c2);
+                assert_eq!(fast, general, "{s}");
+                if fast.is_some() {
+                    assert!(c1.iter().eq(c2.iter()), "{s}");
+                    matched += 1;
+                }
+            }
+        }
+        assert!(matched > 40, "{matched}");
+    }
+}
