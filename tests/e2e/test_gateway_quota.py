@@ -74,8 +74,11 @@ def test_fourth_search_of_the_day_is_answered_without_sources(serve, replay, sou
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
 def test_count_restarts_at_utc_midnight(serve, replay, sources_path, tmp_path, request, store):
+    # A day in the future (as in tests/quota_redis.rs): the Redis store's
+    # keys expire at the end of the gateway's (fake) day, and redis-server
+    # runs on the real clock, so a past day's keys would expire at once.
     clock = tmp_path / "clock"
-    clock.write_text("2026-11-30 23:59:58\n")
+    clock.write_text("2099-12-31 23:59:58\n")
     quota = {"store": "memory"}
     if store == "redis":
         quota = {"store": "redis", "redis_url": request.getfixturevalue("redis_server").url}
@@ -83,9 +86,9 @@ def test_count_restarts_at_utc_midnight(serve, replay, sources_path, tmp_path, r
     for _ in range(3):
         assert grounded(gw)[1]["x-citestream-search"] == "injected"
     assert grounded(gw)[1]["x-citestream-search"] == "quota-exhausted"
-    clock.write_text("2026-11-30 23:59:59\n")
+    clock.write_text("2099-12-31 23:59:59\n")
     assert grounded(gw)[1]["x-citestream-search"] == "quota-exhausted"
-    clock.write_text("2026-12-01 00:00:01\n")
+    clock.write_text("2100-01-01 00:00:01\n")
     status, headers, _ = grounded(gw)
     assert status == 200 and headers["x-citestream-search"] == "injected"
     assert headers["x-citestream-searches-remaining"] == "2"

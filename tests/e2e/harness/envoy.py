@@ -141,6 +141,10 @@ class ExtProc(_Proc):
         return found
 
 
+class _PortTaken(RuntimeError):
+    """Envoy could not bind a port `free_port` had found free."""
+
+
 class Envoy(_Proc):
     """One running Envoy."""
 
@@ -149,6 +153,23 @@ class Envoy(_Proc):
     @classmethod
     def start(cls, *, processor: int, upstream: int, mode: str = STREAMED, failure_mode_allow: bool = False,
               transform=None, timeout: float = 60.0) -> "Envoy":
+        # `free_port` closes its socket before Envoy binds the port, so
+        # another process (any outgoing connection takes its local port from
+        # the same ephemeral range) can take it in between: Envoy then exits
+        # with "Address already in use". Try again with fresh ports.
+        for attempt in range(5):
+            try:
+                return cls._start_once(processor=processor, upstream=upstream, mode=mode,
+                                       failure_mode_allow=failure_mode_allow, transform=transform,
+                                       timeout=timeout)
+            except _PortTaken:
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _start_once(cls, *, processor: int, upstream: int, mode: str, failure_mode_allow: bool,
+                    transform, timeout: float) -> "Envoy":
         listen, admin = free_port(), free_port()
         text = envoy_config(listen=listen, admin=admin, processor=processor, upstream=upstream, mode=mode,
                             failure_mode_allow=failure_mode_allow)
@@ -163,7 +184,11 @@ class Envoy(_Proc):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"envoy exited with {proc.returncode}:\n{e.output()}")
+                out = e.output()
+                if "Address already in use" in out:
+                    e.stop()
+                    raise _PortTaken(out)
+                raise RuntimeError(f"envoy exited with {proc.returncode}:\n{out}")
             if http_status(f"http://127.0.0.1:{admin}/ready", 1.0) == 200 and _port_open(listen):
                 return e
             time.sleep(0.1)
