@@ -363,7 +363,8 @@ impl State {
 
     /// [`release_owned`](Self::release_owned) of the last gathered frame:
     /// the buffer keeps its room for the next block.
-    #[inline]
+    #[cold]
+    #[inline(never)]
     pub(super) fn release_lent(&mut self) {
         self.odd &= !LENT;
         self.partial.clear();
