@@ -34,7 +34,7 @@ use std::sync::Arc;
 use arbitrary::{Arbitrary, Unstructured};
 use citestream::cite::{MarkerTracker, OffsetUnit};
 use citestream::fuzzing::{
-    self, FastRead, Invalid, ObjectWalker, decode_str, scan_string, scan_value, skip_ws,
+    self, FastRead, ObjectWalker, decode_str, naive_string, scan_string, scan_value, skip_ws,
 };
 use citestream::{ChatStream, Sources};
 use libfuzzer_sys::fuzz_target;
@@ -362,36 +362,6 @@ fn max_nesting(b: &[u8]) -> usize {
         }
     }
     m
-}
-
-/// The string at `b[i]` a byte at a time, the grammar as written: its end
-/// and whether it has an escape.
-fn naive_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
-    if b.get(i) != Some(&b'"') {
-        return Err(Invalid);
-    }
-    let (mut i, mut escaped) = (i + 1, false);
-    loop {
-        match *b.get(i).ok_or(Invalid)? {
-            b'"' => return Ok((i + 1, escaped)),
-            b'\\' => {
-                escaped = true;
-                match b.get(i + 1).ok_or(Invalid)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                    b'u' => {
-                        let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
-                        if !hex.iter().all(u8::is_ascii_hexdigit) {
-                            return Err(Invalid);
-                        }
-                        i += 6;
-                    }
-                    _ => return Err(Invalid),
-                }
-            }
-            c if c < 0x20 => return Err(Invalid),
-            _ => i += 1,
-        }
-    }
 }
 
 /// Part 1: grammar and members of arbitrary bytes.

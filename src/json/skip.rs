@@ -213,6 +213,41 @@ fn plain_end(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// [`scan_string`]'s reference, a byte at a time, the grammar as written
+/// (its end offset, escape flag and errors are `scan_string`'s): for the
+/// tests and the fuzz targets, which compare the two.
+///
+/// # Errors
+/// As [`scan_string`].
+#[cfg(any(test, fuzzing))]
+pub fn naive_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
+    if b.get(i) != Some(&b'"') {
+        return Err(Invalid);
+    }
+    let (mut i, mut escaped) = (i + 1, false);
+    loop {
+        match *b.get(i).ok_or(Invalid)? {
+            b'"' => return Ok((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                match b.get(i + 1).ok_or(Invalid)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                    b'u' => {
+                        let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return Err(Invalid);
+                        }
+                        i += 6;
+                    }
+                    _ => return Err(Invalid),
+                }
+            }
+            c if c < 0x20 => return Err(Invalid),
+            _ => i += 1,
+        }
+    }
+}
+
 /// Validates the number starting at `b[i]`; returns the index after it.
 ///
 /// # Errors
@@ -389,35 +424,6 @@ mod tests {
                     let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
                     assert_eq!(got, want, "byte {c:#x} at {at} in {fill:#x}");
                 }
-            }
-        }
-    }
-
-    /// A byte at a time, the grammar as written.
-    fn naive_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
-        if b.get(i) != Some(&b'"') {
-            return Err(Invalid);
-        }
-        let (mut i, mut escaped) = (i + 1, false);
-        loop {
-            match *b.get(i).ok_or(Invalid)? {
-                b'"' => return Ok((i + 1, escaped)),
-                b'\\' => {
-                    escaped = true;
-                    match b.get(i + 1).ok_or(Invalid)? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                        b'u' => {
-                            let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return Err(Invalid);
-                            }
-                            i += 6;
-                        }
-                        _ => return Err(Invalid),
-                    }
-                }
-                c if c < 0x20 => return Err(Invalid),
-                _ => i += 1,
             }
         }
     }
