@@ -224,28 +224,32 @@ pub fn naive_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
     if b.get(i) != Some(&b'"') {
         return Err(Invalid);
     }
-    let (mut i, mut escaped) = (i + 1, false);
-    loop {
-        match *b.get(i).ok_or(Invalid)? {
-            b'"' => return Ok((i + 1, escaped)),
-            b'\\' => {
-                escaped = true;
-                match b.get(i + 1).ok_or(Invalid)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                    b'u' => {
-                        let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
-                        if !hex.iter().all(u8::is_ascii_hexdigit) {
-                            return Err(Invalid);
-                        }
-                        i += 6;
-                    }
-                    _ => return Err(Invalid),
-                }
+    // One byte per step through three states: plain text, just after a
+    // backslash, inside a `\u` escape with `hex_due` digits still due.
+    let (mut escaped, mut after_backslash, mut hex_due) = (false, false, 0u8);
+    for (k, &c) in b.iter().enumerate().skip(i + 1) {
+        if hex_due > 0 {
+            if !c.is_ascii_hexdigit() {
+                return Err(Invalid);
             }
-            c if c < 0x20 => return Err(Invalid),
-            _ => i += 1,
+            hex_due -= 1;
+        } else if after_backslash {
+            after_backslash = false;
+            match c {
+                b'u' => hex_due = 4,
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                _ => return Err(Invalid),
+            }
+        } else if c == b'"' {
+            return Ok((k + 1, escaped));
+        } else if c == b'\\' {
+            (escaped, after_backslash) = (true, true);
+        } else if c < 0x20 {
+            return Err(Invalid);
         }
     }
+    // The input ended inside the string (or inside an escape).
+    Err(Invalid)
 }
 
 /// Validates the number starting at `b[i]`; returns the index after it.
