@@ -218,7 +218,7 @@ impl ChatHandler {
     /// on probation stops [`Stop::InHole`]: its first match refines it).
     #[inline(always)]
     fn tail_walk(&mut self, i: usize, tail: &[u8]) -> Result<usize, Stop> {
-        let t = &self.templates[i];
+        let t = &mut self.templates[i];
         if !t.framed {
             return Err(Stop::Mismatch);
         }

@@ -505,13 +505,98 @@ impl ChunkTemplate {
     /// framed template's literal text is one line and a blank line, its
     /// holes strings and numbers: such an `s` has no CR and no LF but
     /// maybe the last byte. `Ok` is a whole match.
+    ///
+    /// A template of numbers then one content hole (`nums_one`, not on
+    /// probation) walks the start like the whole-event walk
+    /// ([`prefix_nums`](Self::prefix_nums)); the general walk answers
+    /// where that one is unsure.
     #[inline(always)]
-    pub(crate) fn prefix(&self, s: &[u8], c: &mut Contents) -> Result<usize, Stop> {
+    pub(crate) fn prefix(&mut self, s: &[u8], c: &mut Contents) -> Result<usize, Stop> {
         c.n = 0;
         if !self.valid {
             return Err(Stop::Mismatch);
         }
+        if self.ready && self.nums_one {
+            let nums = match self.n {
+                2 => self.prefix_nums::<1>(s, c),
+                3 => self.prefix_nums::<2>(s, c),
+                _ => None,
+            };
+            if let Some(walked) = nums {
+                return walked;
+            }
+        }
+        self.prefix_general(s, c)
+    }
+
+    /// [`prefix`](Self::prefix) by the general walk.
+    #[inline(always)]
+    fn prefix_general(&self, s: &[u8], c: &mut Contents) -> Result<usize, Stop> {
+        c.n = 0;
         self.walk_from::<true>(s, 0, 0, |h, r| c.record(h, r))
+    }
+
+    /// [`prefix`](Self::prefix) for a template whose holes are `N`
+    /// numbers, then one content hole, as [`walk_nums`](Self::walk_nums)
+    /// walks a whole event: the numbers the start holds merged into
+    /// [`filled`](Self::filled), then one comparison of the start with it
+    /// (up to the content hole), the content and the tail as the general
+    /// walk. The general walk's answer, or `None` where this walk is
+    /// unsure: the start ends within a word of a number's first byte, a
+    /// number is not one to seven plain digits, or the start differs from
+    /// `filled` (a number the general walk reads further, or literal text
+    /// that differs: it tells which).
+    #[inline(never)]
+    fn prefix_nums<const N: usize>(
+        &mut self,
+        s: &[u8],
+        c: &mut Contents,
+    ) -> Option<Result<usize, Stop>> {
+        let (&nums, &[(head, Hole::Content(i)), ..]) = self.holes.split_first_chunk::<N>()? else {
+            return None;
+        };
+        // The start ends before the content hole, in segment `k` (the
+        // numbers before it `shift` bytes long): a match so far stops
+        // short there.
+        let stop = |filled: &[u8], k: usize, shift: usize| {
+            (filled.get(..s.len())? == s).then_some(Err(Stop::Short {
+                k,
+                lit: s.len() - shift,
+            }))
+        };
+        let (mut shift, widths) = (0, self.widths);
+        for (k, (&(end, _), &width)) in nums.iter().zip(&widths).enumerate() {
+            let at = usize::from(end) + shift;
+            if s.len() < at {
+                return stop(&self.filled, k, shift);
+            }
+            let (w, d) = plain_number(s, at)?;
+            if d != usize::from(width) {
+                shift = self.refill(s, &nums)?;
+                break;
+            }
+            merge(self.filled.get_mut(at..at + 8)?, w, d);
+            shift += d;
+        }
+        let start = usize::from(head) + shift;
+        if s.len() < start {
+            return stop(&self.filled, N, shift);
+        }
+        if s.get(..start)? != self.filled.get(..start)? {
+            return None;
+        }
+        let Ok((end, _)) = json::scan_string(s, start) else {
+            return Some(Err(Stop::InHole));
+        };
+        c.at[0] = (u32::from(i), start + 1, end - 1);
+        c.n = 1;
+        let tail = self.literal.get(usize::from(head)..)?;
+        let rest = &s[end..];
+        Some(match rest.get(..tail.len()) {
+            Some(got) if same(got, tail) => Ok(end + tail.len()),
+            Some(_) => Err(Stop::Mismatch),
+            None => Err(short(rest, tail, N + 1, usize::from(head))),
+        })
     }
 
     /// Goes on with a walk [`prefix`](Self::prefix) stopped short at
@@ -567,6 +652,9 @@ impl ChunkTemplate {
     /// whole: a [`Stop::Short`] start is one line (no CR, no LF but maybe
     /// its last byte, for a framed template) and resumes to the same end
     /// and contents; a [`Stop::Mismatch`] start is no match of the whole.
+    /// The walk of the start with its shortcut
+    /// ([`prefix_nums`](Self::prefix_nums), one template walking every
+    /// start in turn) answers as the general one, with the same contents.
     #[cfg(any(test, fuzzing))]
     fn splits_agree(&self, s: &[u8]) -> bool {
         let mut whole = Contents::default();
@@ -575,10 +663,19 @@ impl ChunkTemplate {
         } else {
             None
         };
+        let mut t = self.clone();
         (0..=s.len()).all(|i| {
             let (head, rest) = s.split_at(i);
             let mut c = Contents::default();
-            match self.prefix(head, &mut c) {
+            let walked = t.prefix(head, &mut c);
+            if self.valid {
+                let mut general = Contents::default();
+                if self.prefix_general(head, &mut general) != walked || !c.iter().eq(general.iter())
+                {
+                    return false;
+                }
+            }
+            match walked {
                 Err(Stop::Short { k, lit }) => {
                     let line = head.strip_suffix(b"\n").unwrap_or(head);
                     let in_head = c.n;
