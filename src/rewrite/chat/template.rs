@@ -545,8 +545,9 @@ impl ChunkTemplate {
     /// unsure: the start ends within a word of a number's first byte, a
     /// number is not one to seven plain digits, or the start differs from
     /// `filled` (a number the general walk reads further, or literal text
-    /// that differs: it tells which).
-    #[inline(never)]
+    /// that differs: it tells which). (Inlined into the driver's
+    /// out-of-line `hold`, as `prefix` is.)
+    #[inline(always)]
     fn prefix_nums<const N: usize>(
         &mut self,
         s: &[u8],
