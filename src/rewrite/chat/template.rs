@@ -146,6 +146,8 @@ pub(crate) struct ChunkTemplate {
     /// their widths (0: not filled yet).
     filled: Vec<u8>,
     widths: [u8; 2],
+    /// The straight-line walk at those widths (set with them).
+    num_walk: nums::NumWalk,
     /// The literal text after the content hole as a word, the mask of
     /// its bytes and its length, when it is one to eight bytes long (else
     /// a zero mask).
@@ -183,6 +185,7 @@ static EMPTY: ChunkTemplate = ChunkTemplate {
     nums_one: false,
     filled: Vec::new(),
     widths: [0; 2],
+    num_walk: nums::NO_WALK,
     tail: (0, 0, 0),
     sample_holes: [0; MAX_HOLES],
     probation: false,
@@ -368,14 +371,17 @@ impl ChunkTemplate {
         self.walk_any(s, c)
     }
 
-    /// The walk of a template with number holes (Perplexity's running
-    /// `usage`), out of line: the walk and the number scan's word constants
-    /// then have registers of their own. One or two numbers then one
-    /// content hole with one comparison up to the content
-    /// ([`walk_nums_one`](Self::walk_nums_one)), falling back to
-    /// [`walk_any`](Self::walk_any) when that one gives up.
+    /// The careful walk of a template with number holes, where
+    /// [`walk_numbers`](Self::walk_numbers) gives up (a number of another
+    /// width, or not a plain one, the input's end; no straight-line walk
+    /// yet), out of line: one or two numbers then one content hole with
+    /// one comparison up to the content
+    /// ([`walk_nums_one`](Self::walk_nums_one), which refills on a width
+    /// change), falling back to [`walk_any`](Self::walk_any) when that one
+    /// gives up.
+    #[cold]
     #[inline(never)]
-    fn walk_numbers(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
+    fn walk_numbers_cold(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
         if self.nums_one {
             let mut unsure = false;
             match self.walk_nums_one(s, c, &mut unsure) {
@@ -546,6 +552,15 @@ impl ChunkTemplate {
         } else {
             (None, None)
         };
+        // Again, with the numbers' widths (`NumWalk`) the first walk may
+        // have set from `s`: the straight-line walk of the numbers.
+        let mut c4 = Contents::default();
+        let again = if self.valid {
+            t.walk_contents(s, &mut c4)
+        } else {
+            None
+        };
+        let again_agrees = again == general && (again.is_none() || c4.iter().eq(c2.iter()));
         let (mut c3, mut unsure) = (Contents::default(), false);
         let nums_agree = !(self.valid && self.nums_one) || {
             let nums = t.walk_nums_one(s, &mut c3, &mut unsure).ok();
@@ -556,6 +571,7 @@ impl ChunkTemplate {
             }
         };
         nums_agree
+            && again_agrees
             && one == general
             && (one.is_none() || c1.iter().eq(c2.iter()))
             && self.splits_agree(s)
@@ -670,6 +686,9 @@ impl ChunkTemplate {
 
 #[path = "template_learn.rs"]
 mod learn;
+
+#[path = "template_nums.rs"]
+mod nums;
 
 #[cfg(test)]
 #[path = "template_tests.rs"]

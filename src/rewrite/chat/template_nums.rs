@@ -1,0 +1,205 @@
+//! The straight-line walk of a template whose holes are one or two
+//! numbers, then one content hole (Perplexity's running `usage`), at the
+//! widths the numbers had in the last walk: [`ChunkTemplate::walk_numbers`],
+//! the hot side of [`walk_nums`](ChunkTemplate::walk_nums).
+//!
+//! Contract: [`NumWalk`] is derived from the template's literal text and
+//! holes and the numbers' widths ([`ChunkTemplate::widths`]) alone, by
+//! [`refill`](ChunkTemplate::refill), the only place those widths are set
+//! to anything but zero (`build` resets the walk with them). With the
+//! widths known, every number's offset in a matching input is known, so
+//! each number is one word of the input checked in one test: its digits
+//! (no leading zero but a lone `0`) and the literal bytes after it up to
+//! the word's end, which start with a byte that ends a number token
+//! (`nums_one`). A passing word is stored whole into
+//! [`filled`](ChunkTemplate::filled) (digits and literal bytes: the
+//! literal text with this walk's numbers, as before), and the input
+//! matches exactly when its text up to the content hole is `filled`'s,
+//! the content a JSON string, and the tail literal text follows: the
+//! general walk's answer, since the numbers end where the JSON scanner
+//! ends them. A word that fails (another width, any other number, the
+//! input's end) is left to the careful walk
+//! ([`walk_numbers_cold`](ChunkTemplate::walk_numbers_cold)), which
+//! refills on a width change.
+
+use super::{ChunkTemplate, Contents};
+use crate::json;
+
+/// The low and the high bit of each byte of a word.
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// The walk of a numbers-then-content template at the numbers' current
+/// widths: what [`ChunkTemplate::walk_numbers`] reads, in a few words.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct NumWalk {
+    /// Each number's offset in a matching input (and in `filled`): its
+    /// word is the eight bytes from there. (One number: both the same.)
+    at: [u32; 2],
+    /// The word a number's input word must be, checked bytewise by
+    /// subtracting `sub` then adding `add` (see [`bad`]): a digit byte
+    /// takes 0x30 and 0x76 (the first of several digits 0x31 and 0x77:
+    /// `1` to `9`), a literal byte itself and 0x7F.
+    sub: [u64; 2],
+    add: [u64; 2],
+    /// The content hole's offset in a matching input (0: no walk).
+    start: u32,
+    /// The content hole's choice index.
+    index: u32,
+    /// The literal text after the content hole (its length `tail_len`,
+    /// 1 to 8, else no walk) as the high bytes of a word, and their mask:
+    /// it is the word that ends it in the input, masked.
+    tail: u64,
+    tail_mask: u64,
+    tail_len: u32,
+}
+
+/// No walk: every word is [`bad`] (adding 0x80 to a byte, or the byte
+/// itself, sets its high bit; the lowest byte gets no carry), so every
+/// input takes the careful walk.
+pub(super) const NO_WALK: NumWalk = NumWalk {
+    at: [0; 2],
+    sub: [0; 2],
+    add: [HI; 2],
+    start: 0,
+    index: 0,
+    tail: 0,
+    tail_mask: 0,
+    tail_len: 0,
+};
+
+/// Nonzero when some byte of `x` is not the one [`NumWalk::sub`] and
+/// [`NumWalk::add`] ask for. With `t = x - sub`, a byte is good when `t`
+/// is at most 9 (a digit; 8 for a first digit `1` to `9`) or 0 (a
+/// literal byte): exactly then neither `t` nor `t + add` has its high
+/// bit. Below the lowest bad byte every byte is good, so no borrow or
+/// carry reaches it and it is flagged; a borrow or carry only comes out
+/// of a bad byte.
+#[inline(always)]
+fn bad(x: u64, sub: u64, add: u64) -> u64 {
+    let t = x.wrapping_sub(sub);
+    (t.wrapping_add(add) | t) & HI
+}
+
+impl NumWalk {
+    /// Whether this is a walk (not [`NO_WALK`], not cleared).
+    #[cfg(test)]
+    pub(super) fn is_set(&self) -> bool {
+        self.add[0] != HI
+    }
+
+    /// Makes this no walk, in one store: the first number's word is
+    /// [`bad`] whatever it is, as in [`NO_WALK`] (a valid walk adds no
+    /// byte 0x80).
+    #[inline]
+    pub(super) fn clear(&mut self) {
+        self.add[0] = HI;
+    }
+
+    /// The walk for numbers `found` (offset in the literal text, width)
+    /// in `filled` (the literal text up to the content hole `head` with
+    /// the numbers in their holes), `tail` after the content hole of
+    /// choice `index`: [`NO_WALK`] when a number's word would reach past
+    /// the next hole, or the tail is empty or longer than a word.
+    pub(super) fn new(
+        filled: &[u8],
+        found: &[(usize, usize)],
+        head: usize,
+        index: u8,
+        tail: &[u8],
+    ) -> NumWalk {
+        if !matches!((found.len(), tail.len()), (1..=2, 1..=8)) {
+            return NO_WALK;
+        }
+        // Each number's offset: its hole's in the literal text, moved by
+        // the widths of the numbers before it.
+        let (mut ats, mut shift) = ([0; 2], 0);
+        for (at, &(end, d)) in ats.iter_mut().zip(found) {
+            if !(1..=7).contains(&d) {
+                return NO_WALK;
+            }
+            *at = end + shift;
+            shift += d;
+        }
+        let mut walk = NO_WALK;
+        let start = head + shift;
+        for (k, &(_, d)) in found.iter().enumerate() {
+            let at = ats[k];
+            let next = if k + 1 < found.len() {
+                ats[k + 1]
+            } else {
+                start
+            };
+            let (Some(lit), Ok(at32), true) =
+                (filled.get(at..at + 8), u32::try_from(at), at + 8 <= next)
+            else {
+                return NO_WALK;
+            };
+            // (Digits in the low `d` bytes, the literal in the others.)
+            let digits = !0u64 >> (64 - 8 * d);
+            let first = u64::from(d > 1);
+            let lit = u64::from_le_bytes(lit.try_into().unwrap_or([0; 8]));
+            walk.sub[k] = (((LO * u64::from(b'0')) & digits) + first) | (lit & !digits);
+            walk.add[k] = (((LO * 0x76) & digits) + first) | ((LO * 0x7F) & !digits);
+            walk.at[k] = at32;
+        }
+        if found.len() == 1 {
+            walk.at[1] = walk.at[0];
+            walk.sub[1] = walk.sub[0];
+            walk.add[1] = walk.add[0];
+        }
+        let Ok(start) = u32::try_from(start) else {
+            return NO_WALK;
+        };
+        let mut w = [0u8; 8];
+        w[8 - tail.len()..].copy_from_slice(tail);
+        walk.start = start;
+        walk.index = u32::from(index);
+        walk.tail = u64::from_le_bytes(w);
+        walk.tail_mask = !0u64 << (8 * (8 - tail.len()));
+        // (At most eight.)
+        walk.tail_len = tail.len() as u32;
+        walk
+    }
+}
+
+impl ChunkTemplate {
+    /// The walk of a template with number holes (Perplexity's running
+    /// `usage`), out of line (the number words and the walk then have
+    /// registers of their own): one or two numbers then one content hole
+    /// at the numbers' last widths straight-line ([`NumWalk`]), anything
+    /// else by [`walk_numbers_cold`](Self::walk_numbers_cold). Of a valid
+    /// template with number holes only.
+    #[inline(never)]
+    pub(super) fn walk_numbers(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
+        let w = &self.num_walk;
+        let word = |at: u32| {
+            let at = at as usize;
+            Some(u64::from_le_bytes(s.get(at..at + 8)?.try_into().ok()?))
+        };
+        let (a0, a1) = (w.at[0] as usize, w.at[1] as usize);
+        let (Some(x0), Some(x1)) = (word(w.at[0]), word(w.at[1])) else {
+            return self.walk_numbers_cold(s, c);
+        };
+        if bad(x0, w.sub[0], w.add[0]) | bad(x1, w.sub[1], w.add[1]) != 0 {
+            return self.walk_numbers_cold(s, c);
+        }
+        // The numbers are plain, of the last widths, followed by the
+        // literal bytes up to the word's end: the answer is this walk's.
+        let (start, index) = (w.start as usize, w.index);
+        let (tail, mask, len) = (w.tail, w.tail_mask, w.tail_len as usize);
+        // (`filled` holds every word: `NumWalk::new`.)
+        let f = &mut self.filled;
+        f.get_mut(a0..a0 + 8)?.copy_from_slice(&x0.to_le_bytes());
+        f.get_mut(a1..a1 + 8)?.copy_from_slice(&x1.to_le_bytes());
+        let (end, _) = json::scan_string(s, start).ok()?;
+        c.at[0] = (index, start + 1, end - 1);
+        c.n = 1;
+        let e = end + len;
+        let got = u64::from_le_bytes(*s.get(..e)?.last_chunk::<8>()?);
+        if (got ^ tail) & mask != 0 {
+            return None;
+        }
+        (s.get(..start)? == self.filled.get(..start)?).then_some(e)
+    }
+}
