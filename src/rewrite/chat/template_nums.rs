@@ -172,32 +172,47 @@ impl ChunkTemplate {
     /// template with number holes only.
     #[inline(never)]
     pub(super) fn walk_numbers(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
-        let w = &self.num_walk;
-        let word = |at: u32| {
-            let at = at as usize;
-            Some(u64::from_le_bytes(s.get(at..at + 8)?.try_into().ok()?))
-        };
-        let (a0, a1) = (w.at[0] as usize, w.at[1] as usize);
-        let (Some(x0), Some(x1)) = (word(w.at[0]), word(w.at[1])) else {
-            return self.walk_numbers_cold(s, c);
-        };
-        if bad(x0, w.sub[0], w.add[0]) | bad(x1, w.sub[1], w.add[1]) != 0 {
-            return self.walk_numbers_cold(s, c);
+        // Each number: its word, checked, then stored.
+        for k in 0..2 {
+            let w = &self.num_walk;
+            let (at, sub, add) = (w.at[k] as usize, w.sub[k], w.add[k]);
+            let x = match s.get(at..at + 8) {
+                Some(x) if bad(u64::from_le_bytes(x.try_into().ok()?), sub, add) == 0 => x,
+                _ => return self.walk_numbers_cold(s, c),
+            };
+            // The number is plain, of the last width, followed by the
+            // literal bytes up to the word's end. (`filled` holds every
+            // word: `NumWalk::new`.)
+            self.filled.get_mut(at..at + 8)?.copy_from_slice(x);
         }
-        // The numbers are plain, of the last widths, followed by the
-        // literal bytes up to the word's end: the answer is this walk's.
-        let (start, index) = (w.start as usize, w.index);
-        let (tail, mask, len) = (w.tail, w.tail_mask, w.tail_len as usize);
-        // (`filled` holds every word: `NumWalk::new`.)
-        let f = &mut self.filled;
-        f.get_mut(a0..a0 + 8)?.copy_from_slice(&x0.to_le_bytes());
-        f.get_mut(a1..a1 + 8)?.copy_from_slice(&x1.to_le_bytes());
-        let (end, _) = json::scan_string(s, start).ok()?;
-        c.at[0] = (index, start + 1, end - 1);
+        let w = &self.num_walk;
+        match json::short_string_end(s, w.start as usize) {
+            Some(end) => self.finish_numbers(s, c, end),
+            None => self.walk_numbers_long(s, c),
+        }
+    }
+
+    /// The rest of [`walk_numbers`](Self::walk_numbers) past its numbers
+    /// for a content that is not short and plain, out of line (the hot
+    /// walk then saves no registers for the string scan's call).
+    #[inline(never)]
+    fn walk_numbers_long(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
+        let (end, _) = json::scan_string(s, self.num_walk.start as usize).ok()?;
+        self.finish_numbers(s, c, end)
+    }
+
+    /// The end of [`walk_numbers`](Self::walk_numbers), the content
+    /// ending at `end`: the content into `c`, the tail, the text before
+    /// the content.
+    #[inline(always)]
+    fn finish_numbers(&self, s: &[u8], c: &mut Contents, end: usize) -> Option<usize> {
+        let w = &self.num_walk;
+        let start = w.start as usize;
+        c.at[0] = (w.index, start + 1, end - 1);
         c.n = 1;
-        let e = end + len;
+        let e = end + w.tail_len as usize;
         let got = u64::from_le_bytes(*s.get(..e)?.last_chunk::<8>()?);
-        if (got ^ tail) & mask != 0 {
+        if (got ^ w.tail) & w.tail_mask != 0 {
             return None;
         }
         (s.get(..start)? == self.filled.get(..start)?).then_some(e)
