@@ -280,7 +280,7 @@ impl ChunkTemplate {
             _ => None,
         };
         self.num_walk = match index {
-            Some(i) => NumWalk::new(&self.filled, &ends[..nums.len()], head, i, tail),
+            Some(i) => NumWalk::new(&self.filled, &ends[..nums.len()], head, i, &self.literal),
             None => NO_WALK,
         };
         Some(shift)

@@ -35,7 +35,7 @@ const HI: u64 = 0x8080_8080_8080_8080;
 pub(super) struct NumWalk {
     /// Each number's offset in a matching input (and in `filled`): its
     /// word is the eight bytes from there. (One number: both the same.)
-    at: [u32; 2],
+    at: [u16; 2],
     /// The word a number's input word must be, checked bytewise by
     /// subtracting `sub` then adding `add` (see [`bad`]): a digit byte
     /// takes 0x30 and 0x76 (the first of several digits 0x31 and 0x77:
@@ -43,15 +43,15 @@ pub(super) struct NumWalk {
     sub: [u64; 2],
     add: [u64; 2],
     /// The content hole's offset in a matching input (0: no walk).
-    start: u32,
+    start: u16,
     /// The content hole's choice index.
-    index: u32,
-    /// The literal text after the content hole (its length `tail_len`,
-    /// 1 to 8, else no walk) as the high bytes of a word, and their mask:
-    /// it is the word that ends it in the input, masked.
+    index: u8,
+    /// The literal text's last word, and the mask of the literal text
+    /// after the content hole in it (its length `tail_len`, 1 to 8, else
+    /// no walk): the word that ends a match, masked, is the tail.
     tail: u64,
     tail_mask: u64,
-    tail_len: u32,
+    tail_len: u8,
 }
 
 /// No walk: every word is [`bad`] (adding 0x80 to a byte, or the byte
@@ -98,17 +98,20 @@ impl NumWalk {
 
     /// The walk for numbers `found` (offset in the literal text, width)
     /// in `filled` (the literal text up to the content hole `head` with
-    /// the numbers in their holes), `tail` after the content hole of
-    /// choice `index`: [`NO_WALK`] when a number's word would reach past
-    /// the next hole, or the tail is empty or longer than a word.
+    /// the numbers in their holes), the content hole of choice `index`
+    /// ending `literal`'s first `head` bytes: [`NO_WALK`] when a number's
+    /// word would reach past the next hole, or the literal text after the
+    /// content hole (the tail) is empty or longer than a word.
     pub(super) fn new(
         filled: &[u8],
         found: &[(usize, usize)],
         head: usize,
         index: u8,
-        tail: &[u8],
+        literal: &[u8],
     ) -> NumWalk {
-        if !matches!((found.len(), tail.len()), (1..=2, 1..=8)) {
+        let len = literal.len().wrapping_sub(head);
+        let last = literal.last_chunk::<8>().copied().unwrap_or_default();
+        if !matches!((found.len(), len), (1..=2, 1..=8)) {
             return NO_WALK;
         }
         // Each number's offset: its hole's in the literal text, moved by
@@ -131,7 +134,7 @@ impl NumWalk {
                 start
             };
             let (Some(lit), Ok(at32), true) =
-                (filled.get(at..at + 8), u32::try_from(at), at + 8 <= next)
+                (filled.get(at..at + 8), u16::try_from(at), at + 8 <= next)
             else {
                 return NO_WALK;
             };
@@ -148,17 +151,17 @@ impl NumWalk {
             walk.sub[1] = walk.sub[0];
             walk.add[1] = walk.add[0];
         }
-        let Ok(start) = u32::try_from(start) else {
+        let Ok(start) = u16::try_from(start) else {
             return NO_WALK;
         };
-        let mut w = [0u8; 8];
-        w[8 - tail.len()..].copy_from_slice(tail);
         walk.start = start;
-        walk.index = u32::from(index);
-        walk.tail = u64::from_le_bytes(w);
-        walk.tail_mask = !0u64 << (8 * (8 - tail.len()));
+        walk.index = index;
+        // (The tail ends the literal text, which is longer than a word:
+        // the numbers' words are in it.)
+        walk.tail = u64::from_le_bytes(last);
+        walk.tail_mask = !0u64 << (8 * (8 - len));
         // (At most eight.)
-        walk.tail_len = tail.len() as u32;
+        walk.tail_len = len as u8;
         walk
     }
 }
@@ -175,7 +178,7 @@ impl ChunkTemplate {
         // Each number: its word, checked, then stored.
         for k in 0..2 {
             let w = &self.num_walk;
-            let (at, sub, add) = (w.at[k] as usize, w.sub[k], w.add[k]);
+            let (at, sub, add) = (usize::from(w.at[k]), w.sub[k], w.add[k]);
             let x = match s.get(at..at + 8) {
                 Some(x) if bad(u64::from_le_bytes(x.try_into().ok()?), sub, add) == 0 => x,
                 _ => return self.walk_numbers_cold(s, c),
@@ -186,7 +189,7 @@ impl ChunkTemplate {
             self.filled.get_mut(at..at + 8)?.copy_from_slice(x);
         }
         let w = &self.num_walk;
-        match json::short_string_end(s, w.start as usize) {
+        match json::short_string_end(s, usize::from(w.start)) {
             Some(end) => self.finish_numbers(s, c, end),
             None => self.walk_numbers_long(s, c),
         }
@@ -197,7 +200,7 @@ impl ChunkTemplate {
     /// walk then saves no registers for the string scan's call).
     #[inline(never)]
     fn walk_numbers_long(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
-        let (end, _) = json::scan_string(s, self.num_walk.start as usize).ok()?;
+        let (end, _) = json::scan_string(s, usize::from(self.num_walk.start)).ok()?;
         self.finish_numbers(s, c, end)
     }
 
@@ -207,10 +210,10 @@ impl ChunkTemplate {
     #[inline(always)]
     fn finish_numbers(&self, s: &[u8], c: &mut Contents, end: usize) -> Option<usize> {
         let w = &self.num_walk;
-        let start = w.start as usize;
-        c.at[0] = (w.index, start + 1, end - 1);
+        let start = usize::from(w.start);
+        c.at[0] = (u32::from(w.index), start + 1, end - 1);
         c.n = 1;
-        let e = end + w.tail_len as usize;
+        let e = end + usize::from(w.tail_len);
         let got = u64::from_le_bytes(*s.get(..e)?.last_chunk::<8>()?);
         if (got ^ w.tail) & w.tail_mask != 0 {
             return None;
