@@ -141,12 +141,14 @@ pub(crate) struct ChunkTemplate {
     /// [`walk_nums_one`](Self::walk_nums_one) applies, to one or two
     /// numbers).
     nums_one: bool,
-    /// For [`walk_nums`](Self::walk_nums): the literal text up to the
+    /// For [`walk_nums`](Self::walk_nums) and
+    /// [`walk_numbers`](Self::walk_numbers): the literal text up to the
     /// content hole with the last walk's numbers in the number holes, and
     /// their widths (0: not filled yet).
     filled: Vec<u8>,
     widths: [u8; 2],
-    /// The straight-line walk at those widths (set with them).
+    /// The straight-line walk at those widths (set with them by `refill`,
+    /// cleared by `build`).
     num_walk: nums::NumWalk,
     /// The literal text after the content hole as a word, the mask of
     /// its bytes and its length, when it is one to eight bytes long (else
@@ -371,28 +373,6 @@ impl ChunkTemplate {
         self.walk_any(s, c)
     }
 
-    /// The careful walk of a template with number holes, where
-    /// [`walk_numbers`](Self::walk_numbers) gives up (a number of another
-    /// width, or not a plain one, the input's end; no straight-line walk
-    /// yet), out of line: one or two numbers then one content hole with
-    /// one comparison up to the content
-    /// ([`walk_nums_one`](Self::walk_nums_one), which refills on a width
-    /// change), falling back to [`walk_any`](Self::walk_any) when that one
-    /// gives up.
-    #[cold]
-    #[inline(never)]
-    fn walk_numbers_cold(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
-        if self.nums_one {
-            let mut unsure = false;
-            match self.walk_nums_one(s, c, &mut unsure) {
-                Ok(end) => return Some(end),
-                Err(_) if !unsure => return None,
-                Err(_) => {}
-            }
-        }
-        self.walk_any(s, c)
-    }
-
     /// The walk of a template whose holes are one or two numbers, then one
     /// content hole: [`walk_nums`](Self::walk_nums) for that count (other
     /// counts are left to the general walk: `unsure`).
@@ -540,9 +520,12 @@ impl ChunkTemplate {
     }
 
     /// Whether the walk with its shortcuts ([`walk_one`](Self::walk_one),
-    /// [`walk_two`](Self::walk_two), [`walk_nums_one`](Self::walk_nums_one))
-    /// and the general one agree on `s`: the same end, the same contents
-    /// (the differential of the unit tests and the `chat_scan` fuzz target).
+    /// [`walk_two`](Self::walk_two), [`walk_numbers`](Self::walk_numbers),
+    /// [`walk_nums_one`](Self::walk_nums_one)) and the general one agree on
+    /// `s`: the same end, the same contents, also when walked again (the
+    /// numbers' widths then those of `s`, when plain: the straight-line
+    /// walk of the numbers). The differential of the unit tests and the
+    /// `chat_scan` fuzz target.
     #[cfg(any(test, fuzzing))]
     pub(crate) fn walks_agree(&self, s: &[u8]) -> bool {
         let (mut c1, mut c2) = (Contents::default(), Contents::default());

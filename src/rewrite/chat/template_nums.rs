@@ -195,6 +195,28 @@ impl ChunkTemplate {
         }
     }
 
+    /// The careful walk of a template with number holes, where
+    /// [`walk_numbers`](Self::walk_numbers) gives up (a number of another
+    /// width, or not a plain one, the input's end; no straight-line walk
+    /// yet), out of line: one or two numbers then one content hole with
+    /// one comparison up to the content
+    /// ([`walk_nums_one`](Self::walk_nums_one), which refills on a width
+    /// change), falling back to [`walk_any`](Self::walk_any) when that one
+    /// gives up.
+    #[cold]
+    #[inline(never)]
+    fn walk_numbers_cold(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
+        if self.nums_one {
+            let mut unsure = false;
+            match self.walk_nums_one(s, c, &mut unsure) {
+                Ok(end) => return Some(end),
+                Err(_) if !unsure => return None,
+                Err(_) => {}
+            }
+        }
+        self.walk_any(s, c)
+    }
+
     /// The rest of [`walk_numbers`](Self::walk_numbers) past its numbers
     /// for a content that is not short and plain, out of line (the hot
     /// walk then saves no registers for the string scan's call).
