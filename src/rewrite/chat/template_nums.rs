@@ -110,10 +110,9 @@ impl NumWalk {
         literal: &[u8],
     ) -> NumWalk {
         let len = literal.len().wrapping_sub(head);
-        let last = literal.last_chunk::<8>().copied().unwrap_or_default();
-        if !matches!((found.len(), len), (1..=2, 1..=8)) {
+        let (Some(&last), 1..=2, 1..=8) = (literal.last_chunk::<8>(), found.len(), len) else {
             return NO_WALK;
-        }
+        };
         // Each number's offset: its hole's in the literal text, moved by
         // the widths of the numbers before it.
         let (mut ats, mut shift) = ([0; 2], 0);
@@ -156,8 +155,7 @@ impl NumWalk {
         };
         walk.start = start;
         walk.index = index;
-        // (The tail ends the literal text, which is longer than a word:
-        // the numbers' words are in it.)
+        // (The tail ends the literal text, at least a word long.)
         walk.tail = u64::from_le_bytes(last);
         walk.tail_mask = !0u64 << (8 * (8 - len));
         // (At most eight.)

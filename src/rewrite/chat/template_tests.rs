@@ -438,3 +438,26 @@ fn walk_nums_agrees_from_one_chunk_to_the_next() {
         );
     }
 }
+
+/// A straight-line number walk needs each number's word in the literal
+/// text before the next hole, a tail of one to eight bytes and a literal
+/// text of a word at least (its last word holds the tail).
+#[test]
+fn num_walk_needs_room_for_its_words() {
+    use super::nums::NumWalk;
+    // `{"a":` 12 `,"bb":` content `}`: the number's word `12,"bb":`.
+    let filled = b"{\"a\":12,\"bb\":\0\0\0\0\0\0\0\0";
+    let literal = b"{\"a\":,\"bb\":}";
+    assert!(NumWalk::new(filled, &[(5, 2)], 11, 0, literal).is_set());
+    // A byte less before the content: the word reaches the content.
+    let (filled_b, literal_b) = (b"{\"a\":12,\"b\":\0\0\0\0\0\0\0\0", b"{\"a\":,\"b\":}");
+    assert!(!NumWalk::new(filled_b, &[(5, 2)], 10, 0, literal_b).is_set());
+    // No tail, a tail longer than a word.
+    assert!(!NumWalk::new(filled, &[(5, 2)], 12, 0, literal).is_set());
+    let long = b"{\"a\":,\"bb\":},\"x\":\"yz\"}";
+    assert!(!NumWalk::new(filled, &[(5, 2)], 11, 0, long).is_set());
+    // A literal text shorter than a word (the number's word fits).
+    let short = b"[1234567,\0\0\0\0\0\0\0\0";
+    assert!(!NumWalk::new(short, &[(1, 7)], 2, 0, b"[,]").is_set());
+    assert!(NumWalk::new(short, &[(1, 7)], 2, 0, b"[,]     ").is_set());
+}
