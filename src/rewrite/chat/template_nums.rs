@@ -42,7 +42,7 @@ pub(super) struct NumWalk {
     /// `1` to `9`), a literal byte itself and 0x7F.
     sub: [u64; 2],
     add: [u64; 2],
-    /// The content hole's offset in a matching input (0: no walk).
+    /// The content hole's offset in a matching input.
     start: u16,
     /// The content hole's choice index.
     index: u8,
@@ -70,11 +70,11 @@ pub(super) const NO_WALK: NumWalk = NumWalk {
 
 /// Nonzero when some byte of `x` is not the one [`NumWalk::sub`] and
 /// [`NumWalk::add`] ask for. With `t = x - sub`, a byte is good when `t`
-/// is at most 9 (a digit; 8 for a first digit `1` to `9`) or 0 (a
-/// literal byte): exactly then neither `t` nor `t + add` has its high
-/// bit. Below the lowest bad byte every byte is good, so no borrow or
-/// carry reaches it and it is flagged; a borrow or carry only comes out
-/// of a bad byte.
+/// is at most its limit (9 for a digit, 8 for a first digit `1` to `9`,
+/// 0 for a literal byte; `add` is 0x7F minus the limit): exactly then
+/// neither `t` nor `t + add` has its high bit. A borrow or a carry only
+/// comes out of a bad byte, so none reaches the lowest bad byte, which is
+/// flagged.
 #[inline(always)]
 fn bad(x: u64, sub: u64, add: u64) -> u64 {
     let t = x.wrapping_sub(sub);
