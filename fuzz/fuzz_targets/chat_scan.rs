@@ -6,7 +6,8 @@
 //!    nesting is kept below both depth limits), and `ObjectWalker` yields
 //!    the same members (decoded keys, values) as `serde_json`'s map;
 //!    `scan_string` (SSE2 or SWAR words) at each `"` of the bytes gives what
-//!    a bytewise reading of the string grammar gives.
+//!    a bytewise reading of the string grammar gives (and so does
+//!    `short_string_end` where it answers).
 //! 2. An arbitrary chunk-like JSON object (built by `arbitrary`, serialized
 //!    with random whitespace and escaped keys) between a stream's chunks:
 //!    the choices `ChatStream` reads from it (`index`, `delta.content`,
@@ -34,7 +35,8 @@ use std::sync::Arc;
 use arbitrary::{Arbitrary, Unstructured};
 use citestream::cite::{MarkerTracker, OffsetUnit};
 use citestream::fuzzing::{
-    self, FastRead, ObjectWalker, decode_str, naive_string, scan_string, scan_value, skip_ws,
+    self, FastRead, ObjectWalker, decode_str, naive_string, scan_string, scan_value,
+    short_string_end, skip_ws,
 };
 use citestream::{ChatStream, Sources};
 use libfuzzer_sys::fuzz_target;
@@ -373,8 +375,14 @@ fn raw_json(b: &[u8]) {
     for i in quotes.take(64) {
         let want = naive_string(b, i);
         assert_eq!(scan_string(b, i), want, "string at {i}");
+        if let Some(end) = short_string_end(b, i) {
+            assert_eq!(want, Ok((end, false)), "short string at {i}");
+        }
         if let Ok((end, _)) = want {
             let cut = &b[..end];
+            if let Some(e) = short_string_end(cut, i) {
+                assert_eq!(want, Ok((e, false)), "cut short string at {i}");
+            }
             assert_eq!(
                 scan_string(cut, i),
                 naive_string(cut, i),

@@ -60,7 +60,9 @@ pub use cursor::{Cursor, Holes, MAX_HOLES};
 pub use lookup::{elements, find, members, skip_valid};
 #[cfg(fuzzing)]
 pub use skip::naive_string;
-pub use skip::{digits_end, leading_digits, scan_number, scan_string, scan_value, skip_ws};
+pub use skip::{
+    digits_end, leading_digits, scan_number, scan_string, scan_value, short_string_end, skip_ws,
+};
 pub use splice::{Splice, insert_point, removal_span};
 pub use string::{decode_str, decode_token, parse_u32, push_json_str};
 pub use walker::{ArrayWalker, Field, Member, ObjectWalker};

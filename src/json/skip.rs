@@ -92,6 +92,63 @@ pub fn scan_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
     string_second(b, at)
 }
 
+/// The end of the string starting at `b[i]` (a `"`) when it is short and
+/// plain, from one block test without a loop or a call: with SSE2, closed
+/// without an escape within the sixteen bytes after the quote, or within
+/// the last sixteen bytes of `b` when fewer remain after the quote (the
+/// end of an event); without, within the word after the quote. Then
+/// [`scan_string`] gives `Ok((end, false))`; `None` says nothing (ask
+/// [`scan_string`]).
+#[inline(always)]
+#[must_use]
+pub fn short_string_end(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let at = i + 1;
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "sse2",
+        not(citestream_disable_simd)
+    ))]
+    {
+        // (The bytes before `at` in the last block are not the string's:
+        // masked off, without a shift by a variable count.)
+        // (From 16 on, none: the string has no byte in the block.)
+        const FROM: [u32; 32] = {
+            let mut m = [0; 32];
+            let mut k = 0;
+            while k < 32 {
+                m[k] = !0 << k;
+                k += 1;
+            }
+            m
+        };
+        let from = at.min(b.len().checked_sub(16)?);
+        let block = b.get(from..)?.first_chunk::<16>()?;
+        let m = super::simd::special_mask(block) & FROM[(at - from) & 31];
+        if m == 0 {
+            return None;
+        }
+        let k = m.trailing_zeros() as usize;
+        (block[k & 15] == b'"').then_some(from + k + 1)
+    }
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        target_feature = "sse2",
+        not(citestream_disable_simd)
+    )))]
+    {
+        let w = *b.get(at..)?.first_chunk::<8>()?;
+        let m = string_special(u64::from_le_bytes(w));
+        if m == 0 {
+            return None;
+        }
+        let k = (m.trailing_zeros() / 8) as usize;
+        (w[k & 7] == b'"').then_some(at + k + 1)
+    }
+}
+
 /// [`scan_string`] past the opening quote at `at - 1`, `block` the
 /// sixteen bytes from `at`, inlined into the caller: most strings of a
 /// chunk (keys, short tokens) end within them without an escape, so one
@@ -438,7 +495,8 @@ mod tests {
         // (the first words, the SSE2 blocks and the SWAR words), the
         // string at several offsets in the input, and inputs that end at
         // the string's end or a few bytes after it (the SSE2 path's last,
-        // overlapping block) or inside it.
+        // overlapping block) or inside it; where `short_string_end`
+        // answers, the same.
         let specials: [&[u8]; 9] = [
             b"\"",
             b"\\",
@@ -458,6 +516,7 @@ mod tests {
             b"\"123456789abcd",
             b"\"\"\"\\",
         ];
+        let mut short = 0;
         for len in 0..64 {
             for at in 0..=len {
                 for special in specials {
@@ -470,17 +529,20 @@ mod tests {
                         for tail in tails {
                             let mut t = s.clone();
                             t.extend_from_slice(tail);
-                            assert_eq!(
-                                scan_string(&t, off),
-                                naive_string(&t, off),
-                                "{off} {:?}",
-                                String::from_utf8_lossy(&t)
-                            );
+                            let want = naive_string(&t, off);
+                            let text = String::from_utf8_lossy(&t);
+                            assert_eq!(scan_string(&t, off), want, "{off} {text:?}");
+                            if let Some(end) = short_string_end(&t, off) {
+                                assert_eq!(want, Ok((end, false)), "{off} {text:?}");
+                                short += 1;
+                            }
                         }
                     }
                 }
             }
         }
+        // (`short_string_end` answers for the strings that close early.)
+        assert!(short > 10_000, "{short}");
     }
 
     #[test]

@@ -141,11 +141,15 @@ pub(crate) struct ChunkTemplate {
     /// [`walk_nums_one`](Self::walk_nums_one) applies, to one or two
     /// numbers).
     nums_one: bool,
-    /// For [`walk_nums`](Self::walk_nums): the literal text up to the
+    /// For [`walk_nums`](Self::walk_nums) and
+    /// [`walk_numbers`](Self::walk_numbers): the literal text up to the
     /// content hole with the last walk's numbers in the number holes, and
     /// their widths (0: not filled yet).
     filled: Vec<u8>,
     widths: [u8; 2],
+    /// The straight-line walk at those widths (set with them by `refill`,
+    /// cleared by `build`).
+    num_walk: nums::NumWalk,
     /// The literal text after the content hole as a word, the mask of
     /// its bytes and its length, when it is one to eight bytes long (else
     /// a zero mask).
@@ -183,6 +187,7 @@ static EMPTY: ChunkTemplate = ChunkTemplate {
     nums_one: false,
     filled: Vec::new(),
     widths: [0; 2],
+    num_walk: nums::NO_WALK,
     tail: (0, 0, 0),
     sample_holes: [0; MAX_HOLES],
     probation: false,
@@ -365,25 +370,6 @@ impl ChunkTemplate {
     /// the loop.
     #[inline(never)]
     fn walk_other(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
-        self.walk_any(s, c)
-    }
-
-    /// The walk of a template with number holes (Perplexity's running
-    /// `usage`), out of line: the walk and the number scan's word constants
-    /// then have registers of their own. One or two numbers then one
-    /// content hole with one comparison up to the content
-    /// ([`walk_nums_one`](Self::walk_nums_one)), falling back to
-    /// [`walk_any`](Self::walk_any) when that one gives up.
-    #[inline(never)]
-    fn walk_numbers(&mut self, s: &[u8], c: &mut Contents) -> Option<usize> {
-        if self.nums_one {
-            let mut unsure = false;
-            match self.walk_nums_one(s, c, &mut unsure) {
-                Ok(end) => return Some(end),
-                Err(_) if !unsure => return None,
-                Err(_) => {}
-            }
-        }
         self.walk_any(s, c)
     }
 
@@ -620,9 +606,12 @@ impl ChunkTemplate {
     }
 
     /// Whether the walk with its shortcuts ([`walk_one`](Self::walk_one),
-    /// [`walk_two`](Self::walk_two), [`walk_nums_one`](Self::walk_nums_one))
-    /// and the general one agree on `s`: the same end, the same contents
-    /// (the differential of the unit tests and the `chat_scan` fuzz target).
+    /// [`walk_two`](Self::walk_two), [`walk_numbers`](Self::walk_numbers),
+    /// [`walk_nums_one`](Self::walk_nums_one)) and the general one agree on
+    /// `s`: the same end, the same contents, also when walked again (the
+    /// numbers' widths then those of `s`, when plain: the straight-line
+    /// walk of the numbers). The differential of the unit tests and the
+    /// `chat_scan` fuzz target.
     #[cfg(any(test, fuzzing))]
     pub(crate) fn walks_agree(&self, s: &[u8]) -> bool {
         let (mut c1, mut c2) = (Contents::default(), Contents::default());
@@ -632,6 +621,15 @@ impl ChunkTemplate {
         } else {
             (None, None)
         };
+        // Again, with the numbers' widths (`NumWalk`) the first walk may
+        // have set from `s`: the straight-line walk of the numbers.
+        let mut c4 = Contents::default();
+        let again = if self.valid {
+            t.walk_contents(s, &mut c4)
+        } else {
+            None
+        };
+        let again_agrees = again == general && (again.is_none() || c4.iter().eq(c2.iter()));
         let (mut c3, mut unsure) = (Contents::default(), false);
         let nums_agree = !(self.valid && self.nums_one) || {
             let nums = t.walk_nums_one(s, &mut c3, &mut unsure).ok();
@@ -642,6 +640,7 @@ impl ChunkTemplate {
             }
         };
         nums_agree
+            && again_agrees
             && one == general
             && (one.is_none() || c1.iter().eq(c2.iter()))
             && self.splits_agree(s)
@@ -768,6 +767,9 @@ impl ChunkTemplate {
 
 #[path = "template_learn.rs"]
 mod learn;
+
+#[path = "template_nums.rs"]
+mod nums;
 
 #[cfg(test)]
 #[path = "template_tests.rs"]

@@ -16,6 +16,7 @@
 
 use std::ops::Range;
 
+use super::nums::{NO_WALK, NumWalk};
 use super::{ChunkTemplate, Contents, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE, plain_number};
 
 /// A token range of a chunk a template is cut from (at most
@@ -215,6 +216,7 @@ impl ChunkTemplate {
         self.numbers = cuts.iter().any(|c| c.1 == Hole::Num);
         self.nums_one = self.numbers && nums_one(&self.literal, &self.holes[..cuts.len()]);
         self.widths = [0; 2];
+        self.num_walk.clear();
         self.valid = true;
         true
     }
@@ -262,10 +264,25 @@ impl ChunkTemplate {
             _ => (0, 0, 0),
         };
         self.widths = [0; 2];
-        for (w, f) in self.widths.iter_mut().zip(&found).take(nums.len()) {
+        let mut ends = [(0, 0); 2];
+        for ((w, f), (e, &(end, _))) in self
+            .widths
+            .iter_mut()
+            .zip(&found)
+            .zip(ends.iter_mut().zip(nums))
+        {
             // (At most seven.)
             *w = f.1 as u8;
+            *e = (usize::from(end), f.1);
         }
+        let index = match self.holes.get(nums.len()) {
+            Some(&(_, Hole::Content(i))) => Some(i),
+            _ => None,
+        };
+        self.num_walk = match index {
+            Some(i) => NumWalk::new(&self.filled, &ends[..nums.len()], head, i, &self.literal),
+            None => NO_WALK,
+        };
         Some(shift)
     }
 }

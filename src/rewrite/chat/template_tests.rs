@@ -11,13 +11,21 @@ impl ChunkTemplate {
 
 /// The template learned from `d` the way the handler learns it.
 fn learned(d: &str) -> ChunkTemplate {
+    learned_as(d, false)
+}
+
+/// The template learned from `d`, framed (from `data: ` + `d` + a blank
+/// line) or not.
+fn learned_as(d: &str, framed: bool) -> ChunkTemplate {
     let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
     assert!(fast_reads(d.as_bytes(), &mut cs, &mut holes).unwrap());
     let mut t = ChunkTemplate::default();
     let contents = cs
         .iter()
         .filter_map(|c| Some((c.index.unwrap(), c.content.clone()?)));
-    t.learn(d.as_bytes(), 0, false, contents, &holes);
+    let ev = format!("data: {d}\n\n");
+    let (s, at) = if framed { (ev.as_str(), 6) } else { (d, 0) };
+    t.learn(s.as_bytes(), at, framed, contents, &holes);
     t
 }
 
@@ -372,24 +380,34 @@ fn walks_of_a_cut_event_go_on_where_they_stopped() {
 }
 
 /// The walk of a numbers-then-content template keeps the last numbers
-/// (`filled`) from one walk to the next: a run of chunks whose numbers
-/// change value and width (and some that are no plain integer, or whose
-/// text around them differs), walked in turn by the same template, gets
-/// the general walk's answer for each (one number hole and two).
+/// (`filled`) and their widths (the straight-line `NumWalk`) from one
+/// walk to the next: a run of chunks whose numbers change value and
+/// width (and some that are no plain integer, or whose text around them
+/// differs), walked in turn by the same template, gets the general walk's
+/// answer for each (one number hole and two; framed and not; with keys
+/// so short that the first of two numbers' word reaches the second: no
+/// straight-line walk).
 #[test]
 fn walk_nums_agrees_from_one_chunk_to_the_next() {
-    let chunk = |a: &str, b: &str, rest: &str| {
+    let chunk = |(c, t): (&str, &str), a: &str, b: &str, rest: &str| {
         format!(
-            r#"{{"id":"p","usage":{{"prompt_tokens":10,"completion_tokens":{a},"total_tokens":{b}}},"choices":[{{"index":0,"delta":{{"content":"Hi"}}}}]{rest}}}"#
+            r#"{{"id":"p","usage":{{"prompt_tokens":10,"{c}":{a},"{t}":{b}}},"choices":[{{"index":0,"delta":{{"content":"Hi"}}}}]{rest}}}"#
         )
     };
     let numbers = [
         "1", "9", "10", "99", "0", "123", "1234567", "12345678", "07", "-1", "1.5", "2e3", "42",
         "1000", "5",
     ];
-    for two in [false, true] {
-        let mut t = learned(&chunk("7", "17", ""));
-        let next = chunk("8", if two { "18" } else { "17" }, "");
+    for k in 0..8 {
+        let (two, short, framed) = (k & 1 != 0, k & 2 != 0, k & 4 != 0);
+        let keys = if short {
+            ("c", "t")
+        } else {
+            ("completion_tokens", "total_tokens")
+        };
+        let frame = |d: String| if framed { format!("data: {d}\n\n") } else { d };
+        let mut t = learned_as(&chunk(keys, "7", "17", ""), framed);
+        let next = frame(chunk(keys, "8", if two { "18" } else { "17" }, ""));
         assert!(t.matches(next.as_bytes(), &mut Contents::default()));
         assert!(t.nums_one);
         assert_eq!(t.n, if two { 3 } else { 2 });
@@ -398,9 +416,9 @@ fn walk_nums_agrees_from_one_chunk_to_the_next() {
             for &b in numbers.iter().rev() {
                 k += 1;
                 let rest = if k % 11 == 0 { ",\"x\":1" } else { "" };
-                let mut s = chunk(a, if two { b } else { "17" }, rest);
+                let mut s = frame(chunk(keys, a, if two { b } else { "17" }, rest));
                 if k % 7 == 0 {
-                    s = s.replace("total", "totaL");
+                    s = s.replace("total", "totaL").replace("\"t\"", "\"T\"");
                 }
                 let (mut c1, mut c2) = (Contents::default(), Contents::default());
                 let fast = t.walk_contents(s.as_bytes(), &mut c1);
@@ -413,5 +431,33 @@ fn walk_nums_agrees_from_one_chunk_to_the_next() {
             }
         }
         assert!(matched > 40, "{matched}");
+        assert_eq!(
+            t.num_walk.is_set(),
+            !(short && two),
+            "{two} {short} {framed}"
+        );
     }
+}
+
+/// A straight-line number walk needs each number's word in the literal
+/// text before the next hole, a tail of one to eight bytes and a literal
+/// text of a word at least (its last word holds the tail).
+#[test]
+fn num_walk_needs_room_for_its_words() {
+    use super::nums::NumWalk;
+    // `{"a":` 12 `,"bb":` content `}`: the number's word `12,"bb":`.
+    let filled = b"{\"a\":12,\"bb\":\0\0\0\0\0\0\0\0";
+    let literal = b"{\"a\":,\"bb\":}";
+    assert!(NumWalk::new(filled, &[(5, 2)], 11, 0, literal).is_set());
+    // A byte less before the content: the word reaches the content.
+    let (filled_b, literal_b) = (b"{\"a\":12,\"b\":\0\0\0\0\0\0\0\0", b"{\"a\":,\"b\":}");
+    assert!(!NumWalk::new(filled_b, &[(5, 2)], 10, 0, literal_b).is_set());
+    // No tail, a tail longer than a word.
+    assert!(!NumWalk::new(filled, &[(5, 2)], 12, 0, literal).is_set());
+    let long = b"{\"a\":,\"bb\":},\"x\":\"yz\"}";
+    assert!(!NumWalk::new(filled, &[(5, 2)], 11, 0, long).is_set());
+    // A literal text shorter than a word (the number's word fits).
+    let short = b"[1234567,\0\0\0\0\0\0\0\0";
+    assert!(!NumWalk::new(short, &[(1, 7)], 2, 0, b"[,]").is_set());
+    assert!(NumWalk::new(short, &[(1, 7)], 2, 0, b"[,]     ").is_set());
 }
