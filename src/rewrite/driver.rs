@@ -457,8 +457,9 @@ impl<H: Handler> SseRewriter<H> {
     }
 
     /// Holds the rest of the current piece (left unscanned in the parser)
-    /// when it stands at a block start with nothing queued after it and
-    /// [`holds`] says so; returns whether it does.
+    /// when it stands at a block start with nothing queued after it,
+    /// [`holdable`] and the handler's [`fast_tail`](Handler::fast_tail)
+    /// say so; returns whether it does.
     // (Cold: out of the way of the per-event path.)
     #[cold]
     #[inline(never)]

@@ -10,8 +10,9 @@
 //! Any other event gives an unframed template, matched against the
 //! event's data.
 //!
-//! This module holds the templates and their walks (the hot side);
-//! learning and refining them is in [`learn`] (the cold side).
+//! This module holds the templates and their walks (the hot side); the
+//! walks of templates with number holes are in [`nums`]; learning and
+//! refining templates is in [`learn`] (the cold side).
 
 use std::ops::Range;
 
@@ -232,24 +233,6 @@ fn number_end(s: &[u8], i: usize) -> Option<usize> {
     }
 }
 
-/// The plain integer at `s[at]` read in one word: the word and the
-/// number of digits, one to seven without a leading zero (`None` for any
-/// other number, or fewer than eight bytes from `at`).
-#[inline(always)]
-fn plain_number(s: &[u8], at: usize) -> Option<(u64, usize)> {
-    let w = u64::from_le_bytes(s.get(at..at + 8)?.try_into().ok()?);
-    let d = json::leading_digits(w);
-    (d.wrapping_sub(1) < 7 && (w as u8 != b'0' || d == 1)).then_some((w, d))
-}
-
-/// Puts the first `d` bytes of `w` (a number) over those of `slot`.
-#[inline(always)]
-fn merge(slot: &mut [u8], w: u64, d: usize) {
-    let keep = !0u64 << (8 * d);
-    let old = u64::from_le_bytes(slot.try_into().unwrap_or([0; 8]));
-    slot.copy_from_slice(&((old & keep) | (w & !keep)).to_le_bytes());
-}
-
 impl ChunkTemplate {
     /// The length of the literal text (a lower bound of a match's).
     #[inline]
@@ -373,110 +356,6 @@ impl ChunkTemplate {
         self.walk_any(s, c)
     }
 
-    /// The walk of a template whose holes are one or two numbers, then one
-    /// content hole: [`walk_nums`](Self::walk_nums) for that count (other
-    /// counts are left to the general walk: `unsure`).
-    #[inline(always)]
-    fn walk_nums_one(
-        &mut self,
-        s: &[u8],
-        c: &mut Contents,
-        unsure: &mut bool,
-    ) -> Result<usize, Stop> {
-        match self.n {
-            2 => self.walk_nums::<1>(s, c, unsure),
-            3 => self.walk_nums::<2>(s, c, unsure),
-            _ => {
-                *unsure = true;
-                Err(Stop::Mismatch)
-            }
-        }
-    }
-
-    /// The walk of a template whose holes are `N` numbers, then one
-    /// content hole, with one comparison for all the text before the
-    /// content: each number (one to seven plain digits, no leading zero,
-    /// read in one word where the literal text before it puts it) is
-    /// merged into [`filled`](Self::filled) (the literal text with the
-    /// numbers of the last walk in their holes; rebuilt when a number's
-    /// width changes), which is then compared with the input up to the
-    /// content hole.
-    /// Its answer is the general walk's (every stop a [`Stop::Mismatch`]),
-    /// but a stop with `unsure` set: any other number (a sign, a fraction,
-    /// an exponent), one within a word of the input's end, or a mismatch
-    /// before the content is left to the general walk. (A match is the
-    /// general walk's: the segment after a number starts with a byte that
-    /// ends the number token, `nums_one`.)
-    #[inline(always)]
-    fn walk_nums<const N: usize>(
-        &mut self,
-        s: &[u8],
-        c: &mut Contents,
-        unsure: &mut bool,
-    ) -> Result<usize, Stop> {
-        use Stop::Mismatch;
-        let Some((&nums, &[(head, Hole::Content(i)), ..])) = self.holes.split_first_chunk::<N>()
-        else {
-            return Err(Mismatch);
-        };
-        let (mut shift, widths) = (0, self.widths);
-        for (&(end, _), &width) in nums.iter().zip(&widths) {
-            let at = usize::from(end) + shift;
-            match plain_number(s, at) {
-                Some((w, d)) if d == usize::from(width) => {
-                    let Some(slot) = self.filled.get_mut(at..at + 8) else {
-                        *unsure = true;
-                        return Err(Mismatch);
-                    };
-                    merge(slot, w, d);
-                    shift += d;
-                }
-                Some(_) => {
-                    // A width changed: every number is put in anew.
-                    let Some(all) = self.refill(s, &nums) else {
-                        *unsure = true;
-                        return Err(Mismatch);
-                    };
-                    shift = all;
-                    break;
-                }
-                None => {
-                    *unsure = true;
-                    return Err(Mismatch);
-                }
-            }
-        }
-        let start = usize::from(head) + shift;
-        let same_head = match (s.get(..start), self.filled.get(..start)) {
-            (Some(got), Some(want)) => got == want,
-            _ => false,
-        };
-        if !same_head {
-            *unsure = true;
-            return Err(Mismatch);
-        }
-        let (end, _) = json::scan_string(s, start).map_err(|_| Mismatch)?;
-        c.at[0] = (u32::from(i), start + 1, end - 1);
-        c.n = 1;
-        // The tail: in one word (masked) when both are that long.
-        let (tail, mask, len) = self.tail;
-        if let Some(w) = s.get(end..).and_then(|r| r.first_chunk::<8>()) {
-            if mask != 0 {
-                let got = u64::from_le_bytes(*w);
-                return if (got ^ tail) & mask == 0 {
-                    Ok(end + usize::from(len))
-                } else {
-                    Err(Mismatch)
-                };
-            }
-        }
-        let tail = self.literal.get(usize::from(head)..).ok_or(Mismatch)?;
-        match s.get(end..).and_then(|r| r.get(..tail.len())) {
-            Some(got) if same(got, tail) => Ok(end + tail.len()),
-            _ => Err(Mismatch),
-        }
-    }
-
     /// The general walk (any holes), recording the content bodies.
     #[inline(always)]
     fn walk_any(&self, s: &[u8], c: &mut Contents) -> Option<usize> {
@@ -492,10 +371,10 @@ impl ChunkTemplate {
     /// holes strings and numbers: such an `s` has no CR and no LF but
     /// maybe the last byte. `Ok` is a whole match.
     ///
-    /// A template of numbers then one content hole (`nums_one`, not on
-    /// probation) walks the start like the whole-event walk
-    /// ([`prefix_nums`](Self::prefix_nums)); the general walk answers
-    /// where that one is unsure.
+    /// A template of numbers then one content hole walks the start like
+    /// the whole-event walk at the numbers' last widths
+    /// ([`prefix_numbers`](Self::prefix_numbers)); the general walk
+    /// answers where that one is unsure.
     #[inline(always)]
     pub(crate) fn prefix(&mut self, s: &[u8], c: &mut Contents) -> Result<usize, Stop> {
         c.n = 0;
@@ -503,12 +382,7 @@ impl ChunkTemplate {
             return Err(Stop::Mismatch);
         }
         if self.ready && self.nums_one {
-            let nums = match self.n {
-                2 => self.prefix_nums::<1>(s, c),
-                3 => self.prefix_nums::<2>(s, c),
-                _ => None,
-            };
-            if let Some(walked) = nums {
+            if let Some(walked) = self.prefix_numbers(s, c) {
                 return walked;
             }
         }
@@ -520,70 +394,6 @@ impl ChunkTemplate {
     fn prefix_general(&self, s: &[u8], c: &mut Contents) -> Result<usize, Stop> {
         c.n = 0;
         self.walk_from::<true>(s, 0, 0, |h, r| c.record(h, r))
-    }
-
-    /// [`prefix`](Self::prefix) for a template whose holes are `N`
-    /// numbers, then one content hole, as [`walk_nums`](Self::walk_nums)
-    /// walks a whole event: the numbers the start holds merged into
-    /// [`filled`](Self::filled), then one comparison of the start with it
-    /// (up to the content hole), the content and the tail as the general
-    /// walk. The general walk's answer, or `None` where this walk is
-    /// unsure: the start ends within a word of a number's first byte, a
-    /// number is not one to seven plain digits, or the start differs from
-    /// `filled` (a number the general walk reads further, or literal text
-    /// that differs: it tells which). (Inlined into the driver's
-    /// out-of-line `hold`, as `prefix` is.)
-    #[inline(always)]
-    fn prefix_nums<const N: usize>(
-        &mut self,
-        s: &[u8],
-        c: &mut Contents,
-    ) -> Option<Result<usize, Stop>> {
-        let (&nums, &[(head, Hole::Content(i)), ..]) = self.holes.split_first_chunk::<N>()? else {
-            return None;
-        };
-        // The start ends before the content hole, in segment `k` (the
-        // numbers before it `shift` bytes long): a match so far stops
-        // short there.
-        let stop = |filled: &[u8], k: usize, shift: usize| {
-            (filled.get(..s.len())? == s).then_some(Err(Stop::Short {
-                k,
-                lit: s.len() - shift,
-            }))
-        };
-        let (mut shift, widths) = (0, self.widths);
-        for (k, (&(end, _), &width)) in nums.iter().zip(&widths).enumerate() {
-            let at = usize::from(end) + shift;
-            if s.len() < at {
-                return stop(&self.filled, k, shift);
-            }
-            let (w, d) = plain_number(s, at)?;
-            if d != usize::from(width) {
-                shift = self.refill(s, &nums)?;
-                break;
-            }
-            merge(self.filled.get_mut(at..at + 8)?, w, d);
-            shift += d;
-        }
-        let start = usize::from(head) + shift;
-        if s.len() < start {
-            return stop(&self.filled, N, shift);
-        }
-        if s.get(..start)? != self.filled.get(..start)? {
-            return None;
-        }
-        let Ok((end, _)) = json::scan_string(s, start) else {
-            return Some(Err(Stop::InHole));
-        };
-        c.at[0] = (u32::from(i), start + 1, end - 1);
-        c.n = 1;
-        let tail = self.literal.get(usize::from(head)..)?;
-        let rest = &s[end..];
-        Some(match rest.get(..tail.len()) {
-            Some(got) if same(got, tail) => Ok(end + tail.len()),
-            Some(_) => Err(Stop::Mismatch),
-            None => Err(short(rest, tail, N + 1, usize::from(head))),
-        })
     }
 
     /// Goes on with a walk [`prefix`](Self::prefix) stopped short at

@@ -16,8 +16,8 @@
 
 use std::ops::Range;
 
-use super::nums::{NO_WALK, NumWalk};
-use super::{ChunkTemplate, Contents, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE, plain_number};
+use super::nums::{NO_WALK, NumWalk, plain_number};
+use super::{ChunkTemplate, Contents, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE};
 
 /// A token range of a chunk a template is cut from (at most
 /// [`MAX_TEMPLATE`] bytes: 16-bit offsets keep the cut lists small) and

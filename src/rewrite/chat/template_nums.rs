@@ -1,7 +1,11 @@
-//! The straight-line walk of a template whose holes are one or two
-//! numbers, then one content hole (Perplexity's running `usage`), at the
-//! widths the numbers had in the last walk: [`ChunkTemplate::walk_numbers`],
-//! the hot side of [`walk_nums`](ChunkTemplate::walk_nums).
+//! The walks of a template whose holes are one or two numbers, then one
+//! content hole (Perplexity's running `usage`): the straight-line walk of
+//! a whole event at the widths the numbers had in the last walk
+//! ([`ChunkTemplate::walk_numbers`], the hot side), the same walk of an
+//! event's start held across input pieces
+//! ([`ChunkTemplate::prefix_numbers`]), and the careful walk they leave
+//! everything else to ([`walk_nums`](ChunkTemplate::walk_nums), which
+//! rebuilds `filled` when a width changes).
 //!
 //! Contract: [`NumWalk`] is derived from the template's literal text and
 //! holes and the numbers' widths ([`ChunkTemplate::widths`]) alone, by
@@ -17,12 +21,15 @@
 //! matches exactly when its text up to the content hole is `filled`'s,
 //! the content a JSON string, and the tail literal text follows: the
 //! general walk's answer, since the numbers end where the JSON scanner
-//! ends them. A word that fails (another width, any other number, the
-//! input's end) is left to the careful walk
-//! ([`walk_numbers_cold`](ChunkTemplate::walk_numbers_cold)), which
-//! refills on a width change.
+//! ends them. A start (a held tail) that ends before the content hole
+//! matches so far exactly when it is the start of `filled`, and stops
+//! short in the literal segment it ends in, as the general walk would. A
+//! word that fails (another width, any other number, the input's end) is
+//! left to the careful walk
+//! ([`walk_numbers_cold`](ChunkTemplate::walk_numbers_cold)) or, for a
+//! start, to the general one.
 
-use super::{ChunkTemplate, Contents};
+use super::{ChunkTemplate, Contents, Hole, Stop, same, short};
 use crate::json;
 
 /// The low and the high bit of each byte of a word.
@@ -79,6 +86,24 @@ pub(super) const NO_WALK: NumWalk = NumWalk {
 fn bad(x: u64, sub: u64, add: u64) -> u64 {
     let t = x.wrapping_sub(sub);
     (t.wrapping_add(add) | t) & HI
+}
+
+/// The plain integer at `s[at]` read in one word: the word and the
+/// number of digits, one to seven without a leading zero (`None` for any
+/// other number, or fewer than eight bytes from `at`).
+#[inline(always)]
+pub(super) fn plain_number(s: &[u8], at: usize) -> Option<(u64, usize)> {
+    let w = u64::from_le_bytes(s.get(at..at + 8)?.try_into().ok()?);
+    let d = json::leading_digits(w);
+    (d.wrapping_sub(1) < 7 && (w as u8 != b'0' || d == 1)).then_some((w, d))
+}
+
+/// Puts the first `d` bytes of `w` (a number) over those of `slot`.
+#[inline(always)]
+fn merge(slot: &mut [u8], w: u64, d: usize) {
+    let keep = !0u64 << (8 * d);
+    let old = u64::from_le_bytes(slot.try_into().unwrap_or([0; 8]));
+    slot.copy_from_slice(&((old & keep) | (w & !keep)).to_le_bytes());
 }
 
 impl NumWalk {
@@ -239,5 +264,172 @@ impl ChunkTemplate {
             return None;
         }
         (s.get(..start)? == self.filled.get(..start)?).then_some(e)
+    }
+
+    /// [`prefix`](ChunkTemplate::prefix) (the walk of an event's start, a
+    /// held tail) of a template whose holes are one or two numbers, then
+    /// one content hole, as [`walk_numbers`](Self::walk_numbers) walks a
+    /// whole event: each number's word checked and stored into `filled`,
+    /// then one comparison of the start with it (up to the content hole,
+    /// or as far as the start goes), the content and the tail as the
+    /// general walk. The general walk's answer, or `None` where this walk
+    /// is unsure: no walk is set (no numbers seen since the template was
+    /// learned: `filled` is not its text), the start ends within a word of
+    /// a number, a number's word is not the walk's, or the start differs
+    /// from `filled`. (Inlined into the driver's out-of-line `hold`.)
+    #[inline(always)]
+    pub(super) fn prefix_numbers(
+        &mut self,
+        s: &[u8],
+        c: &mut Contents,
+    ) -> Option<Result<usize, Stop>> {
+        if self.num_walk.add[0] == HI {
+            return None;
+        }
+        // The start ends before number `k` or the content hole (`k`: the
+        // numbers' count), at `at` in the input and `end` in the literal
+        // text: a match so far stops short there, in segment `k`.
+        let stop = |filled: &[u8], k: usize, at: usize, end: u16| {
+            let lit = (s.len() + usize::from(end)).checked_sub(at)?;
+            (filled.get(..s.len())? == s).then_some(Err(Stop::Short { k, lit }))
+        };
+        let nums = self.n - 1;
+        for k in 0..nums {
+            let w = &self.num_walk;
+            let (at, sub, add) = (usize::from(w.at[k]), w.sub[k], w.add[k]);
+            if s.len() < at {
+                return stop(&self.filled, k, at, self.holes[k].0);
+            }
+            let x = s.get(at..at + 8)?;
+            if bad(u64::from_le_bytes(x.try_into().ok()?), sub, add) != 0 {
+                return None;
+            }
+            self.filled.get_mut(at..at + 8)?.copy_from_slice(x);
+        }
+        let (start, index) = (usize::from(self.num_walk.start), self.num_walk.index);
+        let head = self.holes.get(nums)?.0;
+        if s.len() < start {
+            return stop(&self.filled, nums, start, head);
+        }
+        if s.get(..start)? != self.filled.get(..start)? {
+            return None;
+        }
+        let Ok((end, _)) = json::scan_string(s, start) else {
+            return Some(Err(Stop::InHole));
+        };
+        c.at[0] = (u32::from(index), start + 1, end - 1);
+        c.n = 1;
+        let head = usize::from(head);
+        let tail = self.literal.get(head..)?;
+        let rest = &s[end..];
+        Some(match rest.get(..tail.len()) {
+            Some(got) if same(got, tail) => Ok(end + tail.len()),
+            Some(_) => Err(Stop::Mismatch),
+            None => Err(short(rest, tail, nums + 1, head)),
+        })
+    }
+
+    /// The walk of a template whose holes are one or two numbers, then one
+    /// content hole: [`walk_nums`](Self::walk_nums) for that count (other
+    /// counts are left to the general walk: `unsure`).
+    #[inline(always)]
+    pub(super) fn walk_nums_one(
+        &mut self,
+        s: &[u8],
+        c: &mut Contents,
+        unsure: &mut bool,
+    ) -> Result<usize, Stop> {
+        match self.n {
+            2 => self.walk_nums::<1>(s, c, unsure),
+            3 => self.walk_nums::<2>(s, c, unsure),
+            _ => {
+                *unsure = true;
+                Err(Stop::Mismatch)
+            }
+        }
+    }
+
+    /// The walk of a template whose holes are `N` numbers, then one
+    /// content hole, with one comparison for all the text before the
+    /// content: each number (one to seven plain digits, no leading zero,
+    /// read in one word where the literal text before it puts it) is
+    /// merged into [`filled`](Self::filled) (the literal text with the
+    /// numbers of the last walk in their holes; rebuilt when a number's
+    /// width changes), which is then compared with the input up to the
+    /// content hole.
+    /// Its answer is the general walk's (every stop a [`Stop::Mismatch`]),
+    /// but a stop with `unsure` set: any other number (a sign, a fraction,
+    /// an exponent), one within a word of the input's end, or a mismatch
+    /// before the content is left to the general walk. (A match is the
+    /// general walk's: the segment after a number starts with a byte that
+    /// ends the number token, `nums_one`.)
+    #[inline(always)]
+    fn walk_nums<const N: usize>(
+        &mut self,
+        s: &[u8],
+        c: &mut Contents,
+        unsure: &mut bool,
+    ) -> Result<usize, Stop> {
+        use Stop::Mismatch;
+        let Some((&nums, &[(head, Hole::Content(i)), ..])) = self.holes.split_first_chunk::<N>()
+        else {
+            return Err(Mismatch);
+        };
+        let (mut shift, widths) = (0, self.widths);
+        for (&(end, _), &width) in nums.iter().zip(&widths) {
+            let at = usize::from(end) + shift;
+            match plain_number(s, at) {
+                Some((w, d)) if d == usize::from(width) => {
+                    let Some(slot) = self.filled.get_mut(at..at + 8) else {
+                        *unsure = true;
+                        return Err(Mismatch);
+                    };
+                    merge(slot, w, d);
+                    shift += d;
+                }
+                Some(_) => {
+                    // A width changed: every number is put in anew.
+                    let Some(all) = self.refill(s, &nums) else {
+                        *unsure = true;
+                        return Err(Mismatch);
+                    };
+                    shift = all;
+                    break;
+                }
+                None => {
+                    *unsure = true;
+                    return Err(Mismatch);
+                }
+            }
+        }
+        let start = usize::from(head) + shift;
+        let same_head = match (s.get(..start), self.filled.get(..start)) {
+            (Some(got), Some(want)) => got == want,
+            _ => false,
+        };
+        if !same_head {
+            *unsure = true;
+            return Err(Mismatch);
+        }
+        let (end, _) = json::scan_string(s, start).map_err(|_| Mismatch)?;
+        c.at[0] = (u32::from(i), start + 1, end - 1);
+        c.n = 1;
+        // The tail: in one word (masked) when both are that long.
+        let (tail, mask, len) = self.tail;
+        if let Some(w) = s.get(end..).and_then(|r| r.first_chunk::<8>()) {
+            if mask != 0 {
+                let got = u64::from_le_bytes(*w);
+                return if (got ^ tail) & mask == 0 {
+                    Ok(end + usize::from(len))
+                } else {
+                    Err(Mismatch)
+                };
+            }
+        }
+        let tail = self.literal.get(usize::from(head)..).ok_or(Mismatch)?;
+        match s.get(end..).and_then(|r| r.get(..tail.len())) {
+            Some(got) if same(got, tail) => Ok(end + tail.len()),
+            _ => Err(Mismatch),
+        }
     }
 }
