@@ -108,7 +108,7 @@ fn merge(slot: &mut [u8], w: u64, d: usize) {
 
 impl NumWalk {
     /// Whether this is a walk (not [`NO_WALK`], not cleared).
-    #[cfg(test)]
+    #[inline(always)]
     pub(super) fn is_set(&self) -> bool {
         self.add[0] != HI
     }
@@ -283,7 +283,7 @@ impl ChunkTemplate {
         s: &[u8],
         c: &mut Contents,
     ) -> Option<Result<usize, Stop>> {
-        if self.num_walk.add[0] == HI {
+        if !self.num_walk.is_set() {
             return None;
         }
         // The start ends before number `k` or the content hole (`k`: the

@@ -461,3 +461,66 @@ fn num_walk_needs_room_for_its_words() {
     assert!(!NumWalk::new(short, &[(1, 7)], 2, 0, b"[,]").is_set());
     assert!(NumWalk::new(short, &[(1, 7)], 2, 0, b"[,]     ").is_set());
 }
+
+/// A template slot learned again keeps the old template's `filled` until
+/// its numbers are walked: the held start of an event is walked against
+/// `filled` only once a number walk is set for the new template, so the
+/// start of an event of the old shape is no match of the new one (and a
+/// start of the new shape stops short as the general walk says).
+#[test]
+fn a_held_start_is_not_matched_against_an_old_templates_numbers() {
+    let chunk = |id: &str, a: u32, text: &str| {
+        format!(
+            r#"{{"id":"{id}","usage":{{"completion_tokens":{a},"total_tokens":{}}},"choices":[{{"index":0,"delta":{{"content":"{text}"}}}}]}}"#,
+            a + 10
+        )
+    };
+    let event = |d: String| format!("data: {d}\n\n");
+    let relearn = |t: &mut ChunkTemplate, d: &str| {
+        let (mut cs, mut holes) = (FastChoices::default(), crate::json::Holes::default());
+        assert!(fast_reads(d.as_bytes(), &mut cs, &mut holes).unwrap());
+        let contents = cs
+            .iter()
+            .filter_map(|c| Some((c.index.unwrap(), c.content.clone()?)));
+        t.learn(event(d.to_owned()).as_bytes(), 6, true, contents, &holes);
+    };
+    let mut t = ChunkTemplate::default();
+    relearn(&mut t, &chunk("old", 1, "a"));
+    for k in 2..5 {
+        let ev = event(chunk("old", k, "b"));
+        assert!(
+            t.matches_event(ev.as_bytes(), &mut Contents::default())
+                .is_some()
+        );
+    }
+    assert!(t.num_walk.is_set());
+    // The same slot, another template (the id differs early on).
+    relearn(&mut t, &chunk("new", 1, "a"));
+    let ev = event(chunk("new", 2, "b"));
+    assert!(
+        t.matches_event(ev.as_bytes(), &mut Contents::default())
+            .is_some()
+    );
+    assert!(t.ready && !t.num_walk.is_set());
+    let old = event(chunk("old", 5, "c"));
+    let new = event(chunk("new", 5, "c"));
+    let number = old.find(":5,").unwrap();
+    let differs = old
+        .bytes()
+        .zip(new.bytes())
+        .position(|(a, b)| a != b)
+        .unwrap();
+    for cut in differs + 1..number {
+        let mut c = Contents::default();
+        assert_eq!(
+            t.prefix(&old.as_bytes()[..cut], &mut c),
+            Err(Stop::Mismatch)
+        );
+        let walked = t.prefix(&new.as_bytes()[..cut], &mut c);
+        assert_eq!(walked, t.prefix_general(&new.as_bytes()[..cut], &mut c));
+        assert!(
+            matches!(walked, Err(Stop::Short { k: 0, .. })),
+            "{walked:?}"
+        );
+    }
+}
