@@ -10,7 +10,7 @@
 //! * [`inspect`] validates a `/v1/chat/completions` or `/v1/messages` body,
 //!   reads `web_search` and removes it, extracts the search query and the
 //!   settings the response rewriter needs ([`Inspection`]).
-//! * [`inject`] puts numbered sources into a body ([`InjectOptions`],
+//! * [`inject`](fn@inject) puts numbered sources into a body ([`InjectOptions`],
 //!   [`Template`], [`Placement`]).
 //! * [`crate::flow`] (one level up) ties inspection, the daily quota ([`crate::quota`]) and
 //!   injection together for an embedding gateway.
