@@ -3,10 +3,12 @@
 //!
 //! The index is built once, in memory, when the provider is made
 //! ([`LocalIndex::from_dir`], [`LocalIndex::bundled`]); searching is
-//! synchronous and allocation-light. Ranking (tokenizing with stemming and
-//! English stop words, BM25 weights, the inverted index) is the `bm25`
-//! crate's; this module only turns files into passages ([`parse`]) and
-//! passages back into [`Source`]s.
+//! synchronous and allocation-light. Tokenizing (stemming, English stop
+//! words) and the BM25 term weights are the `bm25` crate's `Embedder`; the
+//! inverted index, idf and top-k selection are [`score`]'s (the crate's
+//! scores, bit for bit, without its `Scorer`'s per-query cost). This module
+//! turns files into passages ([`parse`]) and passages back into
+//! [`Source`]s.
 //!
 //! Each passage is indexed as its title, heading and text together, so a
 //! country's name in the title counts for every passage about it.
@@ -24,11 +26,12 @@
 
 mod bundled;
 mod parse;
+mod score;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use bm25::{Embedder, EmbedderBuilder, Language, Scorer};
+use bm25::{Embedder, EmbedderBuilder, Language};
 
 use crate::{BoxFuture, Provider, SearchError, SearchQuery, SetupError, Source};
 
@@ -36,7 +39,7 @@ use crate::{BoxFuture, Provider, SearchError, SearchQuery, SetupError, Source};
 pub struct LocalIndex {
     passages: Vec<Source>,
     embedder: Embedder<u32>,
-    scorer: Scorer<usize, u32>,
+    postings: score::Postings,
 }
 
 impl fmt::Debug for LocalIndex {
@@ -97,14 +100,11 @@ impl LocalIndex {
         let texts: Vec<String> = passages.iter().map(indexed_text).collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let embedder = EmbedderBuilder::<u32>::with_fit_to_corpus(Language::English, &refs).build();
-        let mut scorer = Scorer::new();
-        for (i, t) in refs.iter().enumerate() {
-            scorer.upsert(&i, embedder.embed(t));
-        }
+        let postings = score::Postings::new(refs.iter().map(|t| embedder.embed(t)));
         LocalIndex {
             passages,
             embedder,
-            scorer,
+            postings,
         }
     }
 
@@ -127,15 +127,15 @@ impl LocalIndex {
     }
 
     /// The `limit` best passages for `query`, best first (only passages
-    /// sharing at least one term with the query).
+    /// sharing at least one term with the query; equal scores in index
+    /// order).
     #[must_use]
     pub fn search(&self, query: &str, limit: usize) -> Vec<Source> {
         let q = self.embedder.embed(query);
-        self.scorer
-            .matches(&q)
+        self.postings
+            .top(&q, limit)
             .into_iter()
-            .take(limit)
-            .filter_map(|m| self.passages.get(m.id).cloned())
+            .filter_map(|h| self.passages.get(h.doc as usize).cloned())
             .collect()
     }
 }
