@@ -18,11 +18,14 @@
 //! permission, not UTF-8, a dangling link) is skipped with a `warn` log
 //! naming it. A folder with no passages at all is a start-up error.
 //!
-//! Scale (BENCHMARKS.md, release build, shared 2-vCPU VM): the bundled
-//! corpus (1,318 passages) builds in about 0.2–0.6 s with 9 MiB and answers
-//! in 0.12 ms (p50); a 100 MB folder takes about 68 s and 576 MiB to build
-//! and 11 ms p50 / 139 ms p99 per query. The index suits folders of up to
-//! tens of MB.
+//! Scale (BENCHMARKS.md, release build, 2-vCPU VM at load average about 1,
+//! 2026-12-01): the bundled corpus (1,318 passages) builds in about
+//! 0.15–0.23 s with 8 MiB and answers in 7–11 µs p50 / 23–31 µs p99; a
+//! generated 100 MB folder (96,383 passages) takes about 13–14 s and
+//! 419 MiB to build and answers in 37–39 µs p50 / 0.31–0.36 ms p99 per
+//! query. Building (the crate's tokenizer runs over every passage twice:
+//! once to fit the average length, once to embed) is the cost at that size:
+//! it is start-up time, so the index suits folders of up to about 100 MB.
 
 mod bundled;
 mod parse;
