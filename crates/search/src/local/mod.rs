@@ -3,10 +3,12 @@
 //!
 //! The index is built once, in memory, when the provider is made
 //! ([`LocalIndex::from_dir`], [`LocalIndex::bundled`]); searching is
-//! synchronous and allocation-light. Ranking (tokenizing with stemming and
-//! English stop words, BM25 weights, the inverted index) is the `bm25`
-//! crate's; this module only turns files into passages ([`parse`]) and
-//! passages back into [`Source`]s.
+//! synchronous and allocation-light. Tokenizing (stemming, English stop
+//! words) and the BM25 term weights are the `bm25` crate's `Embedder`; the
+//! inverted index, idf and top-k selection are [`score`]'s (the crate's
+//! scores, bit for bit, without its `Scorer`'s per-query cost). This module
+//! turns files into passages ([`parse`]) and passages back into
+//! [`Source`]s.
 //!
 //! Each passage is indexed as its title, heading and text together, so a
 //! country's name in the title counts for every passage about it.
@@ -16,19 +18,23 @@
 //! permission, not UTF-8, a dangling link) is skipped with a `warn` log
 //! naming it. A folder with no passages at all is a start-up error.
 //!
-//! Scale (BENCHMARKS.md, release build, shared 2-vCPU VM): the bundled
-//! corpus (1,318 passages) builds in about 0.2–0.6 s with 9 MiB and answers
-//! in 0.12 ms (p50); a 100 MB folder takes about 68 s and 576 MiB to build
-//! and 11 ms p50 / 139 ms p99 per query. The index suits folders of up to
-//! tens of MB.
+//! Scale (BENCHMARKS.md, release build, 2-vCPU VM at load average about 1,
+//! 2026-12-01): the bundled corpus (1,318 passages) builds in about
+//! 0.15–0.23 s with 8 MiB and answers in 7–11 µs p50 / 23–31 µs p99; a
+//! generated 100 MB folder (96,383 passages) takes about 13–14 s and
+//! 419 MiB to build and answers in 37–39 µs p50 / 0.31–0.36 ms p99 per
+//! query. Building (the crate's tokenizer runs over every passage twice:
+//! once to fit the average length, once to embed) is the cost at that size:
+//! it is start-up time, so the index suits folders of up to about 100 MB.
 
 mod bundled;
 mod parse;
+mod score;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use bm25::{Embedder, EmbedderBuilder, Language, Scorer};
+use bm25::{Embedder, EmbedderBuilder, Language};
 
 use crate::{BoxFuture, Provider, SearchError, SearchQuery, SetupError, Source};
 
@@ -36,7 +42,7 @@ use crate::{BoxFuture, Provider, SearchError, SearchQuery, SetupError, Source};
 pub struct LocalIndex {
     passages: Vec<Source>,
     embedder: Embedder<u32>,
-    scorer: Scorer<usize, u32>,
+    postings: score::Postings,
 }
 
 impl fmt::Debug for LocalIndex {
@@ -97,14 +103,11 @@ impl LocalIndex {
         let texts: Vec<String> = passages.iter().map(indexed_text).collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let embedder = EmbedderBuilder::<u32>::with_fit_to_corpus(Language::English, &refs).build();
-        let mut scorer = Scorer::new();
-        for (i, t) in refs.iter().enumerate() {
-            scorer.upsert(&i, embedder.embed(t));
-        }
+        let postings = score::Postings::new(refs.iter().map(|t| embedder.embed(t)));
         LocalIndex {
             passages,
             embedder,
-            scorer,
+            postings,
         }
     }
 
@@ -127,15 +130,15 @@ impl LocalIndex {
     }
 
     /// The `limit` best passages for `query`, best first (only passages
-    /// sharing at least one term with the query).
+    /// sharing at least one term with the query; equal scores in index
+    /// order).
     #[must_use]
     pub fn search(&self, query: &str, limit: usize) -> Vec<Source> {
         let q = self.embedder.embed(query);
-        self.scorer
-            .matches(&q)
+        self.postings
+            .top(&q, limit)
             .into_iter()
-            .take(limit)
-            .filter_map(|m| self.passages.get(m.id).cloned())
+            .filter_map(|h| self.passages.get(h.doc as usize).cloned())
             .collect()
     }
 }
