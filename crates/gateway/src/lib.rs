@@ -49,7 +49,8 @@ use tokio::net::TcpListener;
 
 mod body;
 mod decode;
-pub mod demo;
+/// The built-in demo model (its own crate, `citestream-demo`).
+pub use citestream_demo as demo;
 mod log;
 mod proxy;
 mod server;

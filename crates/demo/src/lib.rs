@@ -1,4 +1,5 @@
-//! The built-in demo upstream model (SPEC section 12, "Demo upstream").
+//! The built-in demo upstream model of `citestream serve` (see
+//! docs/gateway.md, "Demo upstream").
 //!
 //! With `upstream.base_url = ""` the gateway sends grounded requests here
 //! instead of to a model server, and puts the responses through the same
@@ -59,7 +60,7 @@
 //!
 //! ```
 //! use citestream::Endpoint;
-//! use citestream_gateway::demo::{respond, DemoBody};
+//! use citestream_demo::{respond, DemoBody};
 //!
 //! let body = br#"{"model":"any","messages":[{"role":"user","content":[
 //!   {"type":"text","text":"Sources:\n\n[1] Lisbon weather\nURL: https://w.example/\nSaturday: sunny in Lisbon."},

@@ -16,7 +16,7 @@ use citestream::request::{InjectOptions, Placement};
 use citestream::sources::{Source, Sources};
 use citestream::sse::{Frame, Parser};
 use citestream::{Endpoint, RewriteOptions, StreamRewriter};
-use citestream_gateway::demo::{self, DemoBody, DemoResponse};
+use citestream_demo::{self as demo, DemoBody, DemoResponse};
 use serde_json::{Value, json};
 
 const LISBON_Q: &str = "What's the weather in Lisbon this weekend?";
