@@ -11,4 +11,7 @@ pub enum Endpoint {
     ChatCompletions,
     /// Anthropic-compatible `/v1/messages`.
     Messages,
+    /// OpenAI-compatible `/v1/responses` (the Responses API; the OpenAI
+    /// error shape).
+    Responses,
 }

@@ -136,7 +136,7 @@ pub mod stream;
 pub use cite::{Marker, MarkerTracker, OffsetUnit};
 pub use endpoint::Endpoint;
 pub use rewrite::{
-    ChatStream, MAX_CHOICES, MessagesStream, RewriteOptions, Rewriter, SseRewriter, StreamRewriter,
-    chat, messages,
+    ChatStream, MAX_CHOICES, MessagesStream, ResponsesStream, RewriteOptions, Rewriter,
+    SseRewriter, StreamRewriter, chat, messages, responses,
 };
 pub use sources::{Dialect, Source, Sources, SourcesError};

@@ -59,6 +59,7 @@ pub(crate) fn endpoint_name(e: citestream::Endpoint) -> &'static str {
     match e {
         citestream::Endpoint::ChatCompletions => "chat",
         citestream::Endpoint::Messages => "messages",
+        citestream::Endpoint::Responses => "responses",
     }
 }
 

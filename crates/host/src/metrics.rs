@@ -30,12 +30,19 @@ pub enum EndpointLabel {
     ChatCompletions,
     /// `/v1/messages`.
     Messages,
+    /// `/v1/responses`.
+    Responses,
     /// Any other proxied path.
     Other,
 }
 
 impl EndpointLabel {
-    const ALL: [EndpointLabel; 3] = [Self::ChatCompletions, Self::Messages, Self::Other];
+    const ALL: [EndpointLabel; 4] = [
+        Self::ChatCompletions,
+        Self::Messages,
+        Self::Responses,
+        Self::Other,
+    ];
 
     /// The label value.
     #[must_use]
@@ -43,6 +50,7 @@ impl EndpointLabel {
         match self {
             Self::ChatCompletions => "chat_completions",
             Self::Messages => "messages",
+            Self::Responses => "responses",
             Self::Other => "other",
         }
     }
@@ -53,6 +61,7 @@ impl From<Endpoint> for EndpointLabel {
         match e {
             Endpoint::ChatCompletions => Self::ChatCompletions,
             Endpoint::Messages => Self::Messages,
+            Endpoint::Responses => Self::Responses,
         }
     }
 }
