@@ -40,15 +40,23 @@
 //!   answer. `/v1/messages` answers a `message` body or the Anthropic event
 //!   sequence (`message_start`, `content_block_start`, `ping`,
 //!   `content_block_delta`s, `content_block_stop`, `message_delta`,
-//!   `message_stop`, with `event:` lines). `model` is [`MODEL`].
+//!   `message_stop`, with `event:` lines). `/v1/responses` answers a
+//!   `response` object (one `message` item, one `output_text` part) or the
+//!   Responses event sequence (`response.created`, `response.in_progress`,
+//!   `response.output_item.added`, `response.content_part.added`,
+//!   `response.output_text.delta`s, `response.output_text.done`,
+//!   `response.content_part.done`, `response.output_item.done`,
+//!   `response.completed`, with `event:` lines and consecutive
+//!   `sequence_number`s from 0). `model` is [`MODEL`].
 //! * **Limits**: `max_completion_tokens` / `max_tokens` (chat) and
-//!   `max_tokens` (messages) cut the answer after that many tokens, with
-//!   `finish_reason: "length"` / `stop_reason: "max_tokens"`.
+//!   `max_tokens` (messages), `max_output_tokens` (responses) cut the
+//!   answer after that many tokens, with `finish_reason: "length"` /
+//!   `stop_reason: "max_tokens"` / `status: "incomplete"`.
 //! * **Usage** counts are approximate: the number of token-sized pieces
 //!   (about one per word and one per punctuation mark) of the answer, and
 //!   of every text in the conversation for the prompt side.
 //! * **Determinism**: the same request body gives the same bytes. The id is
-//!   `chatcmpl-demo-<hex>` / `msg_demo_<hex>` from an FNV-1a hash of the
+//!   `chatcmpl-demo-<hex>` / `msg_demo_<hex>` / `resp_demo_<hex>` from an FNV-1a hash of the
 //!   body; `created` is the fixed [`CREATED`].
 //! * **Errors**: a body that is not a JSON object (or has a non-boolean
 //!   `web_search`, which the gateway never forwards) gets status 400 and the
@@ -157,6 +165,7 @@ pub fn respond(endpoint: Endpoint, body: &[u8]) -> DemoResponse {
         id: match endpoint {
             Endpoint::ChatCompletions => format!("chatcmpl-demo-{hash:016x}"),
             Endpoint::Messages => format!("msg_demo_{hash:016x}"),
+            Endpoint::Responses => format!("resp_demo_{hash:016x}"),
         },
         pieces,
         truncated,
@@ -176,6 +185,8 @@ pub fn respond(endpoint: Endpoint, body: &[u8]) -> DemoResponse {
         )),
         (Endpoint::Messages, false) => DemoBody::Whole(wire::message_body(&reply)),
         (Endpoint::Messages, true) => DemoBody::Events(wire::message_events(&reply)),
+        (Endpoint::Responses, false) => DemoBody::Whole(wire::response_body(&reply, CREATED)),
+        (Endpoint::Responses, true) => DemoBody::Events(wire::response_events(&reply, CREATED)),
     };
     DemoResponse {
         status: 200,
