@@ -74,7 +74,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::cite::{Marker, MarkerTracker};
-use crate::json::{self, Invalid, ObjectWalker, Splice};
+use crate::json::{self, Cursor, Invalid, ObjectWalker, Splice};
 use crate::rewrite::RewriteOptions;
 use crate::rewrite::additions::{cited_set, splice_event};
 use crate::rewrite::driver::{Handler, Out, SseRewriter};
@@ -201,26 +201,73 @@ enum Ty {
     Final,
 }
 
-/// What the rewriter reads of one event's data (a JSON object).
+/// What the rewriter reads of one event's data (a JSON object): spans of
+/// the members it may need, numbers parsed only when asked for.
 #[derive(Debug, Default)]
 struct Scan {
     ty: Ty,
-    /// The `sequence_number` value's span and value.
-    seq: Option<(Range<usize>, u64)>,
-    output_index: Option<u32>,
-    content_index: Option<u32>,
+    /// The `sequence_number` value's span.
+    seq: Option<Range<usize>>,
+    output_index: Option<Range<usize>>,
+    content_index: Option<Range<usize>>,
     /// The `item_id` value's span (a string token, quotes included).
     item_id: Option<Range<usize>>,
     /// The `delta` string's raw body.
     delta: Option<Range<usize>>,
-    annotation_index: Option<u64>,
+    annotation_index: Option<Range<usize>>,
     /// Where the `part`, `item`, `response` object values start.
     part: Option<usize>,
     item: Option<usize>,
     response: Option<usize>,
 }
 
+impl Scan {
+    /// Notes the member `key` whose value is `d[v]`.
+    #[inline(always)]
+    fn member(&mut self, d: &[u8], key: &[u8], v: Range<usize>) {
+        let first = d[v.start];
+        match key {
+            b"type" => self.ty = event_ty(&d[v]),
+            b"delta" if first == b'"' => self.delta = Some(v.start + 1..v.end - 1),
+            b"sequence_number" => self.seq = Some(v),
+            b"output_index" => self.output_index = Some(v),
+            b"content_index" => self.content_index = Some(v),
+            b"item_id" if first == b'"' => self.item_id = Some(v),
+            b"annotation_index" => self.annotation_index = Some(v),
+            b"part" if first == b'{' => self.part = Some(v.start),
+            b"item" if first == b'{' => self.item = Some(v.start),
+            b"response" if first == b'{' => self.response = Some(v.start),
+            _ => {}
+        }
+    }
+
+    /// The `sequence_number`: its span and value.
+    fn seq(&self, d: &[u8]) -> Option<(Range<usize>, u64)> {
+        let r = self.seq.clone()?;
+        integer(&d[r.clone()]).map(|n| (r, n))
+    }
+
+    /// The `output_index`.
+    fn output(&self, d: &[u8]) -> Option<u32> {
+        json::parse_u32(&d[self.output_index.clone()?])
+    }
+
+    /// (`output_index`, `content_index`).
+    fn place(&self, d: &[u8]) -> Option<(u32, u32)> {
+        Some((
+            self.output(d)?,
+            json::parse_u32(&d[self.content_index.clone()?])?,
+        ))
+    }
+
+    /// The `annotation_index`.
+    fn annotation_index(&self, d: &[u8]) -> Option<u64> {
+        integer(&d[self.annotation_index.clone()?])
+    }
+}
+
 /// The type token (quotes included) of each event we act on.
+#[inline]
 fn event_ty(token: &[u8]) -> Ty {
     match token {
         b"\"response.output_text.delta\"" => Ty::Delta,
@@ -246,34 +293,45 @@ fn integer(token: &[u8]) -> Option<u64> {
     })
 }
 
-/// Reads the event data `d`; [`Invalid`] when it is not one JSON object.
+/// Reads the event data `d` (validating all of it); [`Invalid`] when it is
+/// not one JSON object. Token by token with a [`Cursor`]; an escaped key
+/// takes the general walk ([`scan_escaped`]).
+#[inline]
 fn scan(d: &[u8]) -> Result<Scan, Invalid> {
+    let mut c = Cursor::new(d);
+    c.ws();
+    c.eat(b'{')?;
+    c.ws();
+    let mut sc = Scan::default();
+    if !c.empty(b'}') {
+        loop {
+            let Some(k) = c.key()? else {
+                return scan_escaped(d);
+            };
+            let start = c.i;
+            c.skip(1)?;
+            sc.member(d, &d[k], start..c.i);
+            if !c.more(b'}')? {
+                break;
+            }
+        }
+    }
+    c.ws();
+    if c.i != d.len() {
+        return Err(Invalid);
+    }
+    Ok(sc)
+}
+
+/// [`scan`] of data with an escaped key: the keys decoded.
+#[cold]
+fn scan_escaped(d: &[u8]) -> Result<Scan, Invalid> {
     let mut w = ObjectWalker::new(d, json::skip_ws(d, 0), 0)?;
     let mut sc = Scan::default();
     while let Some(m) = w.next_member()? {
         let end = w.skip_value()?;
-        let v = m.value_start..end;
-        let decoded;
-        let key: &[u8] = if m.key_escaped {
-            decoded = json::decode_str(&d[m.key.clone()]);
-            decoded.as_bytes()
-        } else {
-            &d[m.key.clone()]
-        };
-        let obj = d[m.value_start] == b'{';
-        match key {
-            b"type" => sc.ty = event_ty(&d[v]),
-            b"sequence_number" => sc.seq = integer(&d[v.clone()]).map(|n| (v, n)),
-            b"output_index" => sc.output_index = json::parse_u32(&d[v]),
-            b"content_index" => sc.content_index = json::parse_u32(&d[v]),
-            b"item_id" if d[m.value_start] == b'"' => sc.item_id = Some(v),
-            b"delta" if d[m.value_start] == b'"' => sc.delta = Some(v.start + 1..v.end - 1),
-            b"annotation_index" => sc.annotation_index = integer(&d[v]),
-            b"part" if obj => sc.part = Some(m.value_start),
-            b"item" if obj => sc.item = Some(m.value_start),
-            b"response" if obj => sc.response = Some(m.value_start),
-            _ => {}
-        }
+        let key = json::decode_str(&d[m.key.clone()]);
+        sc.member(d, key.as_bytes(), m.value_start..end);
     }
     if json::skip_ws(d, w.close() + 1) != d.len() {
         return Err(Invalid);
@@ -328,7 +386,7 @@ impl ResponsesHandler {
     fn event(&mut self, f: &FrameRef<'_>, sc: &Scan) {
         match sc.ty {
             Ty::Delta => {
-                if let (Some(k), Some(r)) = (self.part(sc), sc.delta.clone()) {
+                if let (Some(k), Some(r)) = (self.part(f.data(), sc), sc.delta.clone()) {
                     if let Some(t) = self.parts[k].tracker.as_mut() {
                         t.push_json(&f.data()[r]);
                     }
@@ -336,9 +394,9 @@ impl ResponsesHandler {
                 self.emit(f, sc, None);
             }
             Ty::Annotation => {
-                if let Some(k) = self.part(sc) {
+                if let Some(k) = self.part(f.data(), sc) {
                     let p = &mut self.parts[k];
-                    p.upstream = match sc.annotation_index {
+                    p.upstream = match sc.annotation_index(f.data()) {
                         Some(i) => p.upstream.max(i.saturating_add(1)),
                         None => p.upstream.saturating_add(1),
                     };
@@ -346,7 +404,7 @@ impl ResponsesHandler {
                 self.emit(f, sc, None);
             }
             Ty::TextDone => {
-                if let Some(k) = self.part(sc) {
+                if let Some(k) = self.part(f.data(), sc) {
                     self.finish_part(k);
                     if self.opts.dialect.sources && !self.parts[k].markers.is_empty() {
                         self.annotation_events(f, sc, k);
@@ -361,8 +419,8 @@ impl ResponsesHandler {
 
     /// The part an event names, created on first sight (`None` when the
     /// event names none, or past [`MAX_PARTS`]).
-    fn part(&mut self, sc: &Scan) -> Option<usize> {
-        let (o, c) = (sc.output_index?, sc.content_index?);
+    fn part(&mut self, d: &[u8], sc: &Scan) -> Option<usize> {
+        let (o, c) = sc.place(d)?;
         let is = |p: &Part| p.output_index == o && p.content_index == c;
         if self.parts.get(self.last).is_some_and(is) {
             return Some(self.last);
@@ -410,7 +468,7 @@ impl ResponsesHandler {
                 out.extend_from_slice(b"event: response.output_text.annotation.added\n");
             }
             out.extend_from_slice(b"data: {\"type\":\"response.output_text.annotation.added\"");
-            if let Some((_, seq)) = &sc.seq {
+            if let Some((_, seq)) = sc.seq(d) {
                 out.extend_from_slice(b",\"sequence_number\":");
                 let v = seq.saturating_add(self.shift).saturating_add(n as u64);
                 out.extend_from_slice(decimal(v, &mut buf));
@@ -458,13 +516,12 @@ impl ResponsesHandler {
         };
         let sources = &self.sources;
         let done = match (sc.ty, sc.part, sc.item, sc.response) {
-            (Ty::PartDone, Some(at), _, _) => sc
-                .output_index
-                .zip(sc.content_index)
-                .map(|oc| ctx.part(d, at, 1, oc).map(|_| false)),
-            (Ty::ItemDone, _, Some(at), _) => sc
-                .output_index
-                .map(|o| ctx.item(d, at, 1, o).map(|_| false)),
+            (Ty::PartDone, Some(at), _, _) => {
+                sc.place(d).map(|oc| ctx.part(d, at, 1, oc).map(|_| false))
+            }
+            (Ty::ItemDone, _, Some(at), _) => {
+                sc.output(d).map(|o| ctx.item(d, at, 1, o).map(|_| false))
+            }
             (Ty::Final, _, _, Some(at)) => Some(
                 ctx.response(d, at, 1, |m| {
                     cited_set(sources, m.0.iter().flat_map(|p| &p.markers))
@@ -490,9 +547,11 @@ impl ResponsesHandler {
     /// changes; else written fresh (spliced into its framing).
     #[inline]
     fn emit(&mut self, f: &FrameRef<'_>, sc: &Scan, sp: Option<Splice>) {
-        let bump = match &sc.seq {
-            Some((r, v)) if self.shift > 0 => Some((r.clone(), v.saturating_add(self.shift))),
-            _ => None,
+        let bump = match sc.seq.is_some() && self.shift > 0 {
+            true => sc
+                .seq(f.data())
+                .map(|(r, v)| (r, v.saturating_add(self.shift))),
+            false => None,
         };
         match (sp, bump) {
             (None, None) => self.out.pass(f),
