@@ -202,23 +202,39 @@ enum Ty {
 }
 
 /// What the rewriter reads of one event's data (a JSON object): spans of
-/// the members it may need, numbers parsed only when asked for.
+/// the members it may need (compact, so a scan is cheap to set up),
+/// numbers parsed only when asked for.
 #[derive(Debug, Default)]
 struct Scan {
     ty: Ty,
     /// The `sequence_number` value's span.
-    seq: Option<Range<usize>>,
-    output_index: Option<Range<usize>>,
-    content_index: Option<Range<usize>>,
+    seq: Option<Span>,
+    output_index: Option<Span>,
+    content_index: Option<Span>,
     /// The `item_id` value's span (a string token, quotes included).
-    item_id: Option<Range<usize>>,
+    item_id: Option<Span>,
     /// The `delta` string's raw body.
-    delta: Option<Range<usize>>,
-    annotation_index: Option<Range<usize>>,
+    delta: Option<Span>,
+    annotation_index: Option<Span>,
     /// Where the `part`, `item`, `response` object values start.
-    part: Option<usize>,
-    item: Option<usize>,
-    response: Option<usize>,
+    part: Option<u32>,
+    item: Option<u32>,
+    response: Option<u32>,
+}
+
+/// A byte span of an event's data (at most [`u32::MAX`] bytes; larger
+/// events pass through unread).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span(u32, u32);
+
+impl Span {
+    fn of(r: Range<usize>) -> Self {
+        Span(r.start as u32, r.end as u32)
+    }
+
+    fn range(self) -> Range<usize> {
+        self.0 as usize..self.1 as usize
+    }
 }
 
 impl Scan {
@@ -226,43 +242,44 @@ impl Scan {
     #[inline(always)]
     fn member(&mut self, d: &[u8], key: &[u8], v: Range<usize>) {
         let first = d[v.start];
+        let at = v.start as u32;
         match key {
             b"type" => self.ty = event_ty(&d[v]),
-            b"delta" if first == b'"' => self.delta = Some(v.start + 1..v.end - 1),
-            b"sequence_number" => self.seq = Some(v),
-            b"output_index" => self.output_index = Some(v),
-            b"content_index" => self.content_index = Some(v),
-            b"item_id" if first == b'"' => self.item_id = Some(v),
-            b"annotation_index" => self.annotation_index = Some(v),
-            b"part" if first == b'{' => self.part = Some(v.start),
-            b"item" if first == b'{' => self.item = Some(v.start),
-            b"response" if first == b'{' => self.response = Some(v.start),
+            b"delta" if first == b'"' => self.delta = Some(Span::of(v.start + 1..v.end - 1)),
+            b"sequence_number" => self.seq = Some(Span::of(v)),
+            b"output_index" => self.output_index = Some(Span::of(v)),
+            b"content_index" => self.content_index = Some(Span::of(v)),
+            b"item_id" if first == b'"' => self.item_id = Some(Span::of(v)),
+            b"annotation_index" => self.annotation_index = Some(Span::of(v)),
+            b"part" if first == b'{' => self.part = Some(at),
+            b"item" if first == b'{' => self.item = Some(at),
+            b"response" if first == b'{' => self.response = Some(at),
             _ => {}
         }
     }
 
     /// The `sequence_number`: its span and value.
     fn seq(&self, d: &[u8]) -> Option<(Range<usize>, u64)> {
-        let r = self.seq.clone()?;
+        let r = self.seq?.range();
         integer(&d[r.clone()]).map(|n| (r, n))
     }
 
     /// The `output_index`.
     fn output(&self, d: &[u8]) -> Option<u32> {
-        json::parse_u32(&d[self.output_index.clone()?])
+        json::parse_u32(&d[self.output_index?.range()])
     }
 
     /// (`output_index`, `content_index`).
     fn place(&self, d: &[u8]) -> Option<(u32, u32)> {
         Some((
             self.output(d)?,
-            json::parse_u32(&d[self.content_index.clone()?])?,
+            json::parse_u32(&d[self.content_index?.range()])?,
         ))
     }
 
     /// The `annotation_index`.
     fn annotation_index(&self, d: &[u8]) -> Option<u64> {
-        integer(&d[self.annotation_index.clone()?])
+        integer(&d[self.annotation_index?.range()])
     }
 }
 
@@ -297,16 +314,18 @@ fn integer(token: &[u8]) -> Option<u64> {
 /// not one JSON object. Token by token with a [`Cursor`]; an escaped key
 /// takes the general walk ([`scan_escaped`]).
 #[inline]
-fn scan(d: &[u8]) -> Result<Scan, Invalid> {
+fn scan(d: &[u8], sc: &mut Scan) -> Result<(), Invalid> {
+    if d.len() > u32::MAX as usize {
+        return Err(Invalid);
+    }
     let mut c = Cursor::new(d);
     c.ws();
     c.eat(b'{')?;
     c.ws();
-    let mut sc = Scan::default();
     if !c.empty(b'}') {
         loop {
             let Some(k) = c.key()? else {
-                return scan_escaped(d);
+                return scan_escaped(d, sc);
             };
             let start = c.i;
             c.skip(1)?;
@@ -320,14 +339,14 @@ fn scan(d: &[u8]) -> Result<Scan, Invalid> {
     if c.i != d.len() {
         return Err(Invalid);
     }
-    Ok(sc)
+    Ok(())
 }
 
 /// [`scan`] of data with an escaped key: the keys decoded.
 #[cold]
-fn scan_escaped(d: &[u8]) -> Result<Scan, Invalid> {
+fn scan_escaped(d: &[u8], sc: &mut Scan) -> Result<(), Invalid> {
+    *sc = Scan::default();
     let mut w = ObjectWalker::new(d, json::skip_ws(d, 0), 0)?;
-    let mut sc = Scan::default();
     while let Some(m) = w.next_member()? {
         let end = w.skip_value()?;
         let key = json::decode_str(&d[m.key.clone()]);
@@ -336,7 +355,7 @@ fn scan_escaped(d: &[u8]) -> Result<Scan, Invalid> {
     if json::skip_ws(d, w.close() + 1) != d.len() {
         return Err(Invalid);
     }
-    Ok(sc)
+    Ok(())
 }
 
 /// The recorded markers of a stream's parts, for the snapshot splices.
@@ -359,8 +378,9 @@ impl Handler for ResponsesHandler {
         if f.kind() != FrameKind::Event || self.sources.is_empty() {
             return self.out.pass(f);
         }
-        match scan(f.data()) {
-            Ok(sc) => self.event(f, &sc),
+        let mut sc = Scan::default();
+        match scan(f.data(), &mut sc) {
+            Ok(()) => self.event(f, &sc),
             Err(Invalid) => self.out.pass(f),
         }
     }
@@ -386,9 +406,9 @@ impl ResponsesHandler {
     fn event(&mut self, f: &FrameRef<'_>, sc: &Scan) {
         match sc.ty {
             Ty::Delta => {
-                if let (Some(k), Some(r)) = (self.part(f.data(), sc), sc.delta.clone()) {
+                if let (Some(k), Some(r)) = (self.part(f.data(), sc), sc.delta) {
                     if let Some(t) = self.parts[k].tracker.as_mut() {
-                        t.push_json(&f.data()[r]);
+                        t.push_json(&f.data()[r.range()]);
                     }
                 }
                 self.emit(f, sc, None);
@@ -473,9 +493,9 @@ impl ResponsesHandler {
                 let v = seq.saturating_add(self.shift).saturating_add(n as u64);
                 out.extend_from_slice(decimal(v, &mut buf));
             }
-            if let Some(r) = &sc.item_id {
+            if let Some(r) = sc.item_id {
                 out.extend_from_slice(b",\"item_id\":");
-                out.extend_from_slice(&d[r.clone()]);
+                out.extend_from_slice(&d[r.range()]);
             }
             out.extend_from_slice(b",\"output_index\":");
             out.extend_from_slice(decimal(u64::from(p.output_index), &mut buf));
@@ -516,14 +536,14 @@ impl ResponsesHandler {
         };
         let sources = &self.sources;
         let done = match (sc.ty, sc.part, sc.item, sc.response) {
-            (Ty::PartDone, Some(at), _, _) => {
-                sc.place(d).map(|oc| ctx.part(d, at, 1, oc).map(|_| false))
-            }
-            (Ty::ItemDone, _, Some(at), _) => {
-                sc.output(d).map(|o| ctx.item(d, at, 1, o).map(|_| false))
-            }
+            (Ty::PartDone, Some(at), _, _) => sc
+                .place(d)
+                .map(|oc| ctx.part(d, at as usize, 1, oc).map(|_| false)),
+            (Ty::ItemDone, _, Some(at), _) => sc
+                .output(d)
+                .map(|o| ctx.item(d, at as usize, 1, o).map(|_| false)),
             (Ty::Final, _, _, Some(at)) => Some(
-                ctx.response(d, at, 1, |m| {
+                ctx.response(d, at as usize, 1, |m| {
                     cited_set(sources, m.0.iter().flat_map(|p| &p.markers))
                 })
                 .map(|(is_response, _)| is_response),
