@@ -227,16 +227,19 @@ const SLOW_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
+/// The number of `endpoint` label values (`other` last).
+const N_ENDPOINTS: usize = EndpointLabel::ALL.len();
+
 /// The registry. Share one per process (`Arc<Metrics>`).
 #[derive(Debug)]
 pub struct Metrics {
-    requests: [[AtomicU64; N_SEARCH]; 3],
+    requests: [[AtomicU64; N_SEARCH]; N_ENDPOINTS],
     searches: [AtomicU64; 4],
     quota_exhausted: AtomicU64,
     quota_errors: AtomicU64,
     upstream_errors: [AtomicU64; 3],
     search_duration: Histogram,
-    upstream_latency: [Histogram; 3],
+    upstream_latency: [Histogram; N_ENDPOINTS],
     event_latency: Histogram,
     open_streams: AtomicI64,
 }
@@ -269,7 +272,7 @@ impl Metrics {
         let e = EndpointLabel::ALL
             .iter()
             .position(|x| *x == endpoint)
-            .unwrap_or(2);
+            .unwrap_or(N_ENDPOINTS - 1);
         self.requests[e][search.index()].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -308,7 +311,7 @@ impl Metrics {
         let e = EndpointLabel::ALL
             .iter()
             .position(|x| *x == endpoint)
-            .unwrap_or(2);
+            .unwrap_or(N_ENDPOINTS - 1);
         self.upstream_latency[e].observe(took);
     }
 
