@@ -31,7 +31,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use citestream::{ChatStream, MessagesStream, RewriteOptions, Sources};
+use citestream::{ChatStream, MessagesStream, RewriteOptions, Sources, StreamRewriter};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -630,7 +630,14 @@ pub(crate) fn citestream_chat_slice(setup: &Setup, pieces: &[Bytes], sink: &mut 
 /// [`MessagesStream`] over one stream's pieces.
 #[inline(never)]
 pub(crate) fn citestream_messages(setup: &Setup, pieces: &[Bytes], sink: &mut impl FnMut(Bytes)) {
-    let mut rw = MessagesStream::new(setup.sources.clone(), setup.opts.clone());
+    let rw = MessagesStream::new(setup.sources.clone(), setup.opts.clone());
+    drive(rw, pieces, sink);
+}
+
+/// A streaming rewriter over one stream's pieces (`feed` + drain, then
+/// `finish` + drain); every output to `sink`.
+#[inline(always)]
+pub(crate) fn drive<R: StreamRewriter>(mut rw: R, pieces: &[Bytes], sink: &mut impl FnMut(Bytes)) {
     for piece in pieces {
         rw.feed(piece.clone());
         while let Some(b) = rw.next_output() {

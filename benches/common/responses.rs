@@ -111,17 +111,8 @@ pub(crate) fn responses_stream(deltas: usize) -> Vec<u8> {
 /// [`ResponsesStream`] over one stream's pieces.
 #[inline(never)]
 pub(crate) fn citestream(setup: &Setup, pieces: &[Bytes], sink: &mut impl FnMut(Bytes)) {
-    let mut rw = ResponsesStream::new(setup.sources.clone(), setup.opts.clone());
-    for piece in pieces {
-        rw.feed(piece.clone());
-        while let Some(b) = rw.next_output() {
-            sink(b);
-        }
-    }
-    rw.finish();
-    while let Some(b) = rw.next_output() {
-        sink(b);
-    }
+    let rw = ResponsesStream::new(setup.sources.clone(), setup.opts.clone());
+    super::chat::drive(rw, pieces, sink);
 }
 
 /// The fields the conventional rewriter reads of every event.

@@ -716,19 +716,7 @@ fn responses_stream_has_the_real_event_sequence() {
     }
     assert_eq!(text, LISBON_ANSWER);
 
-    let mut rw = plan.stream_rewriter(&RewriteOptions::new());
-    let mut out = Vec::new();
-    for r in &reads {
-        rw.feed(r.clone());
-        while let Some(b) = rw.next_output() {
-            out.push(b);
-        }
-    }
-    rw.finish();
-    while let Some(b) = rw.next_output() {
-        out.push(b);
-    }
-    let joined = Bytes::from(out.concat());
+    let joined = Bytes::from(rewrite_stream(&plan, &reads).concat());
     let evs = parse_joined(&joined);
     let types: Vec<&str> = evs.iter().map(|(t, _)| t.as_str()).collect();
     let done = types
