@@ -134,7 +134,7 @@ pub mod sse;
 pub mod stream;
 
 pub use cite::{Marker, MarkerTracker, OffsetUnit};
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, ParseEndpointError};
 pub use rewrite::{
     ChatStream, MAX_CHOICES, MessagesStream, RewriteOptions, Rewriter, SseRewriter, StreamRewriter,
     chat, messages,

@@ -92,7 +92,18 @@ impl Grounding {
         let ep = endpoint_arg(endpoint)?;
         let headers = header_map(headers)?;
         let g = self.inner.clone();
-        let r = py.detach(|| self.rt.block_on(g.prepare(ep, &headers, body)));
+        let r = py.detach(|| {
+            self.rt.block_on(async {
+                let mut r = g.prepare(ep, &headers, body).await;
+                // The callback does not see the upstream's status yet: the
+                // search counts as soon as the sources are injected.
+                let pending = r.as_mut().ok().and_then(|p| p.pending.take());
+                if let Some(s) = pending {
+                    let _ = s.commit().await;
+                }
+                r
+            })
+        });
         match r {
             Ok(p) => Ok(Grounded {
                 body: PyBytes::new(py, &p.body).unbind(),

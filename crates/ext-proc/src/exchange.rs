@@ -30,7 +30,7 @@ use citestream::flow::ResponsePlan;
 use citestream::request::Endpoint;
 use citestream_host::errors::ErrorReply;
 use citestream_host::grounding::Grounding;
-use citestream_host::metrics::{EndpointLabel, OpenStream, SearchLabel};
+use citestream_host::metrics::{OpenStream, SearchLabel};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
     BodySendMode, HeaderSendMode,
@@ -50,6 +50,7 @@ struct Decided {
     search: &'static str,
     remaining: Option<String>,
     account: String,
+    pending: Option<citestream_host::grounding::PendingSearch>,
 }
 
 /// One exchange (see the module docs).
@@ -108,7 +109,7 @@ impl Exchange {
             Some(Request::RequestHeaders(h)) => Some(self.request_headers(&h).await),
             Some(Request::RequestBody(b)) => Some(self.request_body(b).await),
             Some(Request::RequestTrailers(_)) => Some(proto::request_trailers()),
-            Some(Request::ResponseHeaders(h)) => Some(self.response_headers(&h)),
+            Some(Request::ResponseHeaders(h)) => Some(self.response_headers(&h).await),
             Some(Request::ResponseBody(b)) => self.response_body(b),
             Some(Request::ResponseTrailers(_)) => {
                 out.extend(self.response.end_before_trailers(self.mode));
@@ -137,9 +138,11 @@ impl Exchange {
             None
         };
         if let Some(reply) = refused {
-            self.grounding
-                .metrics()
-                .request(self.label(), SearchLabel::Rejected);
+            self.grounding.metrics().request(
+                self.endpoint,
+                SearchLabel::Rejected,
+                Some(reply.status()),
+            );
             return reply_now(&reply, "citestream_unauthorized");
         }
         self.path = path;
@@ -205,22 +208,31 @@ impl Exchange {
             remaining: g.remaining_header(),
             plan: g.plan,
             account: g.account,
+            pending: g.pending,
         });
         self.sent = Some(Instant::now());
         proto::request_body(chunk, edits)
     }
 
-    fn response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
+    async fn response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
         let headers = Headers::read(h.headers.as_ref());
         self.status = headers.status;
         let mut edits = HeaderEdits::default();
-        let Some(d) = &self.decided else {
+        let Some(d) = &mut self.decided else {
             return proto::response_headers(edits);
         };
+        if let Some(p) = d.pending.take() {
+            let _ = if (200..300).contains(&self.status) {
+                p.commit().await
+            } else {
+                p.release().await
+            };
+        }
+        let d = &*d;
         if let Some(t) = self.sent.take() {
             self.grounding
                 .metrics()
-                .upstream_latency(self.label(), t.elapsed());
+                .upstream_latency(self.endpoint, t.elapsed());
         }
         edits.set("x-citestream-search", d.search);
         if let Some(n) = &d.remaining {
@@ -269,11 +281,6 @@ impl Exchange {
             self.open = None;
         }
         r
-    }
-
-    fn label(&self) -> EndpointLabel {
-        self.endpoint
-            .map_or(EndpointLabel::Other, EndpointLabel::from)
     }
 }
 
