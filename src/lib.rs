@@ -139,4 +139,4 @@ pub use rewrite::{
     ChatStream, MAX_CHOICES, MessagesStream, RewriteOptions, Rewriter, SseRewriter, StreamRewriter,
     chat, messages,
 };
-pub use sources::{Dialect, Source, Sources, SourcesError};
+pub use sources::{Dialect, ParseDialectError, Source, Sources, SourcesError};

@@ -35,7 +35,6 @@ use citestream::flow::ResponsePlan;
 use citestream_host::config::Config;
 
 use crate::errors::{ConfigError, RequestError, bytes_arg};
-use crate::request::endpoint_name;
 use crate::rewrite::{PySources, endpoint_arg, rewriter_object};
 
 /// The request side of a config file: auth, quota, search, injection.
@@ -142,12 +141,7 @@ impl Grounding {
     /// `both`.
     #[getter]
     fn dialect(&self) -> &'static str {
-        let d = self.inner.rewrite_options().get_dialect();
-        match (d.sources, d.citations) {
-            (true, true) => "both",
-            (false, true) => "citations",
-            _ => "sources",
-        }
+        self.inner.rewrite_options().get_dialect().as_str()
     }
 }
 
@@ -253,7 +247,7 @@ impl Grounded {
     /// The endpoint (`chat` or `messages`) of the plan, or `None`.
     #[getter]
     fn endpoint(&self) -> Option<&'static str> {
-        self.plan.as_ref().map(|p| endpoint_name(p.endpoint))
+        self.plan.as_ref().map(|p| p.endpoint.as_str())
     }
 
     /// A new streaming rewriter for the response (`ChatRewriter` or

@@ -45,9 +45,7 @@ fn expected(endpoint: Endpoint, input: &[u8]) -> Vec<u8> {
     rw.feed(bytes::Bytes::copy_from_slice(input));
     rw.finish();
     let mut out = Vec::new();
-    while let Some(b) = rw.next_output() {
-        out.extend_from_slice(&b);
-    }
+    rw.drain_into(&mut out);
     out
 }
 

@@ -20,13 +20,9 @@ fn lisbon_sources() -> Arc<Sources> {
 fn rewrite_all(mut r: impl StreamRewriter, input: &Bytes) -> Bytes {
     let mut out = Vec::new();
     r.feed(input.clone());
-    while let Some(b) = r.next_output() {
-        out.extend_from_slice(&b);
-    }
+    r.drain_into(&mut out);
     r.finish();
-    while let Some(b) = r.next_output() {
-        out.extend_from_slice(&b);
-    }
+    r.drain_into(&mut out);
     out.into()
 }
 

@@ -157,9 +157,7 @@ fn stream_rewritten(endpoint: Endpoint, input: &[u8]) -> Vec<u8> {
     rw.feed(Bytes::copy_from_slice(input));
     rw.finish();
     let mut out = Vec::new();
-    while let Some(b) = rw.next_output() {
-        out.extend_from_slice(&b);
-    }
+    rw.drain_into(&mut out);
     out
 }
 
