@@ -104,7 +104,7 @@ impl PendingSearch {
     /// its lease).
     pub async fn commit(mut self) -> Result<bool, QuotaError> {
         match self.ticket.take() {
-            Some(t) => self.store.commit(&t).await,
+            Some(t) => Reservation::new(&self.store, t).commit().await,
             None => Ok(false),
         }
     }
@@ -115,7 +115,7 @@ impl PendingSearch {
     /// The store could not be asked.
     pub async fn release(mut self) -> Result<bool, QuotaError> {
         match self.ticket.take() {
-            Some(t) => self.store.release(&t).await,
+            Some(t) => Reservation::new(&self.store, t).release().await,
             None => Ok(false),
         }
     }
@@ -124,7 +124,7 @@ impl PendingSearch {
 impl Drop for PendingSearch {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
-            self.store.release_on_drop(&t);
+            drop(Reservation::new(&self.store, t)); // released on drop
         }
     }
 }

@@ -567,9 +567,16 @@ impl Exchange {
     }
 
     /// The upstream's response headers arrived with `status`: commits or
-    /// releases the reserved search and decides the response.
+    /// releases the reserved search and decides the response. A request
+    /// that is not ours gets no edits and is not counted.
     pub async fn on_response_headers(&mut self, status: u16, headers: &HeaderMap) -> ResponseHead {
         self.status = Some(status);
+        if self.handling == Handling::NotOurs {
+            return ResponseHead {
+                edits: HeaderEdits::default(),
+                body: BodyPlan::Pass,
+            };
+        }
         let metrics = self.grounding.metrics().clone();
         let ep = self.endpoint();
         if let Some(t) = self.sent_at.take() {
