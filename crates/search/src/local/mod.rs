@@ -31,18 +31,23 @@ mod bundled;
 mod parse;
 mod score;
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use bm25::{Embedder, EmbedderBuilder, Language};
 
-use crate::{BoxFuture, Provider, SearchError, SearchQuery, SetupError, Source};
+use crate::{BoxFuture, FormedQuery, Provider, SearchError, SetupError, Source};
 
 /// A BM25 index over passages.
 pub struct LocalIndex {
     passages: Vec<Source>,
     embedder: Embedder<u32>,
     postings: score::Postings,
+    /// Tokens of the distinct passage titles: how many titles have each.
+    title_tokens: HashMap<u32, u32>,
+    /// A token in at most this many distinct titles names a subject.
+    title_limit: u32,
 }
 
 impl fmt::Debug for LocalIndex {
@@ -104,10 +109,21 @@ impl LocalIndex {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let embedder = EmbedderBuilder::<u32>::with_fit_to_corpus(Language::English, &refs).build();
         let postings = score::Postings::new(refs.iter().map(|t| embedder.embed(t)));
+        let titles: HashSet<&str> = passages.iter().filter_map(|p| p.title.as_deref()).collect();
+        let mut title_tokens: HashMap<u32, u32> = HashMap::new();
+        for t in &titles {
+            let tokens: HashSet<u32> = embedder.embed(t).indices().copied().collect();
+            for token in tokens {
+                *title_tokens.entry(token).or_default() += 1;
+            }
+        }
+        let title_limit = u32::try_from(titles.len() / 20).unwrap_or(u32::MAX).max(2);
         LocalIndex {
             passages,
             embedder,
             postings,
+            title_tokens,
+            title_limit,
         }
     }
 
@@ -141,6 +157,28 @@ impl LocalIndex {
             .filter_map(|h| self.passages.get(h.doc as usize).cloned())
             .collect()
     }
+
+    /// How strongly `word` names a subject of the index, `0..=1` (see
+    /// [`Provider::rarity`]): 0.9 for a word of a passage title that few
+    /// titles share (a country's name, a document's subject); otherwise
+    /// its rarest token's idf over the largest idf, times 0.45 (a rare word
+    /// that no title has is a detail, not a subject); 0 for a stop word.
+    #[must_use]
+    pub fn rarity(&self, word: &str) -> f32 {
+        let e = self.embedder.embed(word);
+        let mut r = 0f32;
+        for &t in e.indices() {
+            if self
+                .title_tokens
+                .get(&t)
+                .is_some_and(|&n| n <= self.title_limit)
+            {
+                return 0.9;
+            }
+            r = r.max(self.postings.rarity(t).unwrap_or(1.0));
+        }
+        0.45 * r
+    }
 }
 
 impl Provider for LocalIndex {
@@ -150,14 +188,18 @@ impl Provider for LocalIndex {
 
     fn search<'a>(
         &'a self,
-        query: &'a SearchQuery,
+        query: &'a FormedQuery,
         max_results: usize,
     ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>> {
         Box::pin(std::future::ready(Ok(LocalIndex::search(
             self,
-            &query.text,
+            query.text(),
             max_results,
         ))))
+    }
+
+    fn rarity(&self, word: &str) -> Option<f32> {
+        Some(LocalIndex::rarity(self, word))
     }
 }
 
