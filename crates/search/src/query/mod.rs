@@ -52,15 +52,16 @@
 //! test set than this one string: 0.5 → 62%/77% top-1/top-3, 0.75 →
 //! 80%/92%, one string 92%/98%; so the string it is.)
 
+mod conversation;
 mod model;
 mod words;
 
-use std::collections::HashMap;
+pub use conversation::{ConversationError, conversation_query};
 
 pub(crate) use model::{ModelError, QueryModel};
 
 use crate::{SearchQuery, config::QueryMode};
-use words::{Class, Word, class, lowercase, words};
+use words::{Class, FastMap, Word, class, lowercase, lowercase_into, words};
 
 /// Rarity of an unknown word without a provider signal.
 const DEFAULT_RARITY: f32 = 0.7;
@@ -246,11 +247,22 @@ fn subject_rarity(
         Class::Function | Class::Anaphor { .. } => None,
         Class::Common => Some(0.0),
         Class::Other if w.numeric() => Some(0.0),
-        Class::Other => {
-            let r = rarity(lower).unwrap_or(DEFAULT_RARITY);
-            let proper = (w.capitalised() && !w.initial) || w.all_caps();
-            Some(if proper { r.max(PROPER_RARITY) } else { r })
-        }
+        Class::Other => Some(occurrence_rarity(
+            w,
+            rarity(lower).unwrap_or(DEFAULT_RARITY),
+        )),
+    }
+}
+
+/// The rarity of one occurrence of a word of rarity `base`: a capitalised
+/// word inside a sentence, or an all-caps one, at least
+/// [`PROPER_RARITY`].
+fn occurrence_rarity(w: Word<'_>, base: f32) -> f32 {
+    let proper = (w.capitalised() && !w.initial) || w.all_caps();
+    if proper {
+        base.max(PROPER_RARITY)
+    } else {
+        base
     }
 }
 
@@ -311,6 +323,21 @@ const NAMING_NEXT: &[&str] = &[
     "of", "in", "called", "named", "with", "that", "which", "where", "whose",
 ];
 
+/// A word of the earlier turns, seen once or more.
+struct Seen {
+    class: Class,
+    /// The provider's (or the default) rarity; for [`Class::Other`] only.
+    base: f32,
+    /// The word as first written (a capitalised spelling wins).
+    written: String,
+    score: f32,
+    /// First seen order, for ties.
+    order: usize,
+    /// The turn of the last occurrence, and the occurrences in it.
+    turn: usize,
+    in_turn: u32,
+}
+
 /// The terms to carry from the earlier turns (see the module docs).
 fn carry(
     query: &SearchQuery,
@@ -318,8 +345,8 @@ fn carry(
     limit: usize,
     rarity: &dyn Fn(&str) -> Option<f32>,
 ) -> Vec<String> {
-    // lowercase -> (score, as first written, first seen order)
-    let mut scores: HashMap<String, (f32, String, usize)> = HashMap::new();
+    let mut seen: FastMap<String, Seen> = FastMap::default();
+    let mut lower = String::new();
     let mut budget = MAX_WORDS;
     let turns = query
         .context
@@ -333,45 +360,62 @@ fn carry(
         }
         let role = if turn.role == "user" { 1.0 } else { ASSISTANT };
         let weight = role * DECAY.powi(i32::try_from(back).unwrap_or(i32::MAX));
-        let mut seen: HashMap<String, u32> = HashMap::new();
         for w in words(&turn.text).take(MAX_TURN_WORDS.min(budget)) {
             budget -= 1;
-            let lower = lowercase(w.text);
-            let c = class(&lower);
-            let Some(r) = subject_rarity(w, &lower, c, rarity) else {
-                continue;
+            lowercase_into(w.text, &mut lower);
+            let e = match seen.get_mut(lower.as_str()) {
+                Some(e) => e,
+                None => {
+                    let class = class(&lower);
+                    let base = if class == Class::Other && !w.numeric() {
+                        rarity(&lower).unwrap_or(DEFAULT_RARITY)
+                    } else {
+                        0.0
+                    };
+                    let order = seen.len();
+                    seen.entry(lower.clone()).or_insert(Seen {
+                        class,
+                        base,
+                        written: w.text.to_owned(),
+                        score: 0.0,
+                        order,
+                        turn: usize::MAX,
+                        in_turn: 0,
+                    })
+                }
             };
-            if r < SUBJECT || own.iter().any(|o| *o == *lower) {
+            if e.class != Class::Other {
                 continue;
+            }
+            let r = occurrence_rarity(w, e.base);
+            if r < SUBJECT || own.iter().any(|o| *o == lower) {
+                continue;
+            }
+            if e.turn != back {
+                e.turn = back;
+                e.in_turn = 0;
             }
             // Repetitions in one turn: 1, 1.5, 2 at most.
-            let n = seen.entry(lower.clone().into_owned()).or_insert(0);
-            *n += 1;
-            if *n > 3 {
+            e.in_turn += 1;
+            if e.in_turn > 3 {
                 continue;
             }
-            let add = if *n == 1 {
-                r * weight
-            } else {
-                0.5 * r * weight
-            };
-            let order = scores.len();
-            let e = scores
-                .entry(lower.into_owned())
-                .or_insert_with(|| (0.0, w.text.to_owned(), order));
-            e.0 += add;
+            e.score += if e.in_turn == 1 { r } else { 0.5 * r } * weight;
+            if w.capitalised() && !e.written.starts_with(char::is_uppercase) {
+                w.text.clone_into(&mut e.written);
+            }
         }
     }
-    let mut ranked: Vec<(f32, String, usize)> = scores.into_values().collect();
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.cmp(&b.2)));
-    let Some(best) = ranked.first().map(|r| r.0) else {
+    let mut ranked: Vec<Seen> = seen.into_values().filter(|e| e.score > 0.0).collect();
+    ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.order.cmp(&b.order)));
+    let Some(best) = ranked.first().map(|r| r.score) else {
         return Vec::new();
     };
     ranked
         .into_iter()
-        .take_while(|r| r.0 >= 0.5 * best)
+        .take_while(|r| r.score >= 0.5 * best)
         .take(limit)
-        .map(|r| r.1)
+        .map(|r| r.written)
         .collect()
 }
 

@@ -11,8 +11,36 @@
 //! The lists are small, bundled, and lowercase; they are read once into
 //! hash sets.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
+
+/// FNV-1a: short keys, no untrusted-key flooding concern worth SipHash's
+/// cost here (the maps are bounded by the scan limits).
+#[derive(Default)]
+pub(super) struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// A hash map with [`Fnv`].
+pub(super) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 /// One word of a text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,11 +139,8 @@ pub(super) enum Class {
     Other,
 }
 
-struct Lists {
-    function: HashSet<&'static str>,
-    anaphor: HashMap<&'static str, bool>,
-    common: HashSet<&'static str>,
-}
+/// Every listed word and its class, in one map.
+type Lists = FastMap<&'static str, Class>;
 
 fn entries(text: &'static str) -> impl Iterator<Item = &'static str> {
     text.lines()
@@ -125,30 +150,48 @@ fn entries(text: &'static str) -> impl Iterator<Item = &'static str> {
 
 fn lists() -> &'static Lists {
     static LISTS: OnceLock<Lists> = OnceLock::new();
-    LISTS.get_or_init(|| Lists {
-        function: entries(include_str!("function.txt")).collect(),
-        anaphor: include_str!("anaphor.txt")
+    LISTS.get_or_init(|| {
+        let mut m = Lists::default();
+        // Later lists do not override earlier ones: anaphors first.
+        for (w, s) in include_str!("anaphor.txt")
             .lines()
             .filter(|l| !l.starts_with('#'))
             .filter_map(|l| l.split_once('\t'))
-            .map(|(w, s)| (w, s.trim() == "strong"))
-            .collect(),
-        common: entries(include_str!("common.txt")).collect(),
+        {
+            m.entry(w).or_insert(Class::Anaphor {
+                strong: s.trim() == "strong",
+            });
+        }
+        for w in entries(include_str!("function.txt")) {
+            m.entry(w).or_insert(Class::Function);
+        }
+        for w in entries(include_str!("common.txt")) {
+            m.entry(w).or_insert(Class::Common);
+        }
+        m
     })
 }
 
 /// The class of `lower` (a lowercase word).
 pub(super) fn class(lower: &str) -> Class {
-    let l = lists();
-    let lower = lower.strip_suffix('\u{2019}').unwrap_or(lower);
-    if let Some(&strong) = l.anaphor.get(lower) {
-        Class::Anaphor { strong }
-    } else if l.function.contains(lower) {
-        Class::Function
-    } else if l.common.contains(lower) {
-        Class::Common
+    let lower = lower.strip_suffix('\'').unwrap_or(lower);
+    lists().get(lower).copied().unwrap_or(Class::Other)
+}
+
+/// `word` in lowercase (and `’` as `'`) into `out`.
+pub(super) fn lowercase_into(word: &str, out: &mut String) {
+    out.clear();
+    if word.is_ascii() {
+        out.push_str(word);
+        out.make_ascii_lowercase();
     } else {
-        Class::Other
+        for c in word.chars() {
+            if c == '\u{2019}' {
+                out.push('\'');
+            } else {
+                out.extend(c.to_lowercase());
+            }
+        }
     }
 }
 
