@@ -15,29 +15,33 @@ use citestream::request::{Endpoint, Turn, inspect};
 use citestream_search::query::form;
 use citestream_search::{LocalIndex, QueryMode, SearchQuery};
 
+/// Ten exchanges about ten countries, each answer in its own words (so
+/// the per-call word cache sees what a real conversation gives it), ending
+/// in a follow-up that does not name its subject.
 fn conversation() -> SearchQuery {
-    let subjects = [
-        "Peru", "Chile", "Kenya", "Japan", "Norway", "Brazil", "Egypt", "Nepal", "Canada", "India",
+    let exchanges = [
+        ("What is the capital of Peru?", "The capital of Peru is Lima, a coastal city founded in 1535 by Francisco Pizarro [1]. It is the country's largest city and its political, cultural and financial centre."),
+        ("And how is the climate there?", "Peru's climate varies from tropical in the east to dry desert in the west; it is temperate to frigid in the Andes [1]. The coast is cooled by the Humboldt Current."),
+        ("What does Chile export?", "Chile exports copper, fruit, fish products, paper and pulp, chemicals and wine [1]. Copper alone is about half of the value of its exports."),
+        ("Is Chile prone to earthquakes?", "Yes. Severe earthquakes are frequent in Chile; active volcanism and tsunamis are further hazards [1]. The 1960 Valdivia earthquake was the strongest ever recorded."),
+        ("Tell me about Kenya's population.", "Kenya has about 45 million people; the population is young and growing quickly [1]. Nairobi and Mombasa are the largest urban areas."),
+        ("Which languages do they speak in Kenya?", "English and Kiswahili are official in Kenya, and many indigenous languages are spoken [1]."),
+        ("What are Japan's main industries?", "Japan is among the world's largest and most technologically advanced producers of motor vehicles, electronic equipment, machine tools, steel and nonferrous metals, ships, chemicals and textiles [1]."),
+        ("Does Japan have volcanoes?", "Many dormant and some active volcanoes; about 1,500 seismic occurrences, mostly tremors, happen every year [1]. Tsunamis and typhoons also strike."),
+        ("What is the government of Norway?", "Norway is a parliamentary constitutional monarchy; the king is the head of state and the prime minister leads the government [1]."),
+        ("What does Norway export?", "Norway exports petroleum and petroleum products, machinery and equipment, metals, chemicals, ships and fish [1]. Oil and gas are about half of its exports."),
     ];
     let mut context = Vec::new();
-    for s in subjects {
-        context.push(Turn {
-            role: "user".into(),
-            text: format!("What is the capital of {s}, and what is its climate like?"),
-        });
-        context.push(Turn {
-            role: "assistant".into(),
-            text: format!(
-                "The capital of {s} is listed in its profile [1]. The climate varies by region: \
-                 the coast is mild and humid, the interior is drier, and the mountains are cold \
-                 for much of the year [1]. Most of the population lives in the cities, and the \
-                 economy relies on services, agriculture and exports of raw materials [2]. The \
-                 country borders several neighbours and has a long coastline [1]."
-            ),
-        });
+    for (q, a) in exchanges {
+        for (role, text) in [("user", q), ("assistant", a)] {
+            context.push(Turn {
+                role: role.into(),
+                text: text.into(),
+            });
+        }
     }
     SearchQuery {
-        text: "And what does it export?".into(),
+        text: "And how many people live there?".into(),
         context,
     }
 }
@@ -63,7 +67,7 @@ fn measure(rounds: usize, mut f: impl FnMut()) -> (Duration, Duration) {
 fn main() {
     let index = LocalIndex::bundled();
     let q = conversation();
-    let local = |w: &str| Some(index.rarity(w));
+    let local = |w: &str| Some(index.subject(w));
     let none = |_: &str| None;
     let formed = form(&q, QueryMode::Context, 1000, &local);
     println!("formed: {:?}", formed.text());

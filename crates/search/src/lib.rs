@@ -15,6 +15,9 @@
 //!   name its own subject, or a model's query. [`Search::form`] gives the
 //!   [`FormedQuery`] (hosts log its length), [`Search::search_formed`]
 //!   searches it; [`Search::search`] does both.
+//!   [`query::conversation_query`] reads a conversation file (a request
+//!   body or its `messages` array) into a [`SearchQuery`], through the
+//!   core's request inspection.
 //! * [`Provider`]: one backend. Built in: `local` (BM25 over a folder, or
 //!   the bundled corpus embedded in the binary), `static`, `searxng`,
 //!   `perplexity` (also LiteLLM `/v1/search/<tool>`), `http`, `brave`,

@@ -32,12 +32,12 @@ pub trait Provider: Send + Sync + fmt::Debug {
         max_results: usize,
     ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>>;
 
-    /// How rare `word` (lowercase) is in what this provider searches, from
-    /// 0 (in every document) to 1 (in almost none); `None` (the default)
+    /// How strongly `word` (lowercase) names a subject of what this
+    /// provider searches, `0..=1` (from 0.5 it does); `None` (the default)
     /// when the provider cannot tell. Query formation uses it to find the
-    /// words that name a subject (see [`crate::query`]); it must be cheap
-    /// (about a microsecond).
-    fn rarity(&self, word: &str) -> Option<f32> {
+    /// words that name a subject (see [`crate::query`]); it is called for
+    /// many words per request, so it must be cheap (a hash lookup).
+    fn subject(&self, word: &str) -> Option<f32> {
         let _ = word;
         None
     }

@@ -162,7 +162,7 @@ impl Search {
 
     fn form_context(&self, query: &SearchQuery, mode: QueryMode) -> FormedQuery {
         query::form(query, mode, self.max_query_chars, &|w| {
-            self.provider.rarity(w)
+            self.provider.subject(w)
         })
     }
 

@@ -31,7 +31,7 @@ mod bundled;
 mod parse;
 mod score;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -44,9 +44,10 @@ pub struct LocalIndex {
     passages: Vec<Source>,
     embedder: Embedder<u32>,
     postings: score::Postings,
-    /// Tokens of the distinct passage titles: how many titles have each.
-    title_tokens: HashMap<u32, u32>,
-    /// A token in at most this many distinct titles names a subject.
+    /// The lowercase words of the distinct passage titles: how many titles
+    /// have each.
+    title_words: crate::query::WordCounts,
+    /// A word in at most this many distinct titles names a subject.
     title_limit: u32,
 }
 
@@ -110,19 +111,13 @@ impl LocalIndex {
         let embedder = EmbedderBuilder::<u32>::with_fit_to_corpus(Language::English, &refs).build();
         let postings = score::Postings::new(refs.iter().map(|t| embedder.embed(t)));
         let titles: HashSet<&str> = passages.iter().filter_map(|p| p.title.as_deref()).collect();
-        let mut title_tokens: HashMap<u32, u32> = HashMap::new();
-        for t in &titles {
-            let tokens: HashSet<u32> = embedder.embed(t).indices().copied().collect();
-            for token in tokens {
-                *title_tokens.entry(token).or_default() += 1;
-            }
-        }
+        let title_words = crate::query::word_counts(titles.iter().copied());
         let title_limit = u32::try_from(titles.len() / 20).unwrap_or(u32::MAX).max(2);
         LocalIndex {
             passages,
             embedder,
             postings,
-            title_tokens,
+            title_words,
             title_limit,
         }
     }
@@ -158,26 +153,18 @@ impl LocalIndex {
             .collect()
     }
 
-    /// How strongly `word` names a subject of the index, `0..=1` (see
-    /// [`Provider::rarity`]): 0.9 for a word of a passage title that few
-    /// titles share (a country's name, a document's subject); otherwise
-    /// its rarest token's idf over the largest idf, times 0.45 (a rare word
-    /// that no title has is a detail, not a subject); 0 for a stop word.
+    /// How strongly `word` (lowercase) names a subject of the index (see
+    /// [`Provider::subject`]): 0.9 for a word of the passage titles that
+    /// few titles share (at most one in twenty, or two: a country's name, a
+    /// document's subject), else 0 (a rare word no title has, such as
+    /// "tropical" or "practiced", is a detail, not a subject). One hash
+    /// lookup.
     #[must_use]
-    pub fn rarity(&self, word: &str) -> f32 {
-        let e = self.embedder.embed(word);
-        let mut r = 0f32;
-        for &t in e.indices() {
-            if self
-                .title_tokens
-                .get(&t)
-                .is_some_and(|&n| n <= self.title_limit)
-            {
-                return 0.9;
-            }
-            r = r.max(self.postings.rarity(t).unwrap_or(1.0));
+    pub fn subject(&self, word: &str) -> f32 {
+        match self.title_words.get(word) {
+            Some(&n) if n <= self.title_limit => 0.9,
+            _ => 0.0,
         }
-        0.45 * r
     }
 }
 
@@ -198,8 +185,8 @@ impl Provider for LocalIndex {
         ))))
     }
 
-    fn rarity(&self, word: &str) -> Option<f32> {
-        Some(LocalIndex::rarity(self, word))
+    fn subject(&self, word: &str) -> Option<f32> {
+        Some(LocalIndex::subject(self, word))
     }
 }
 

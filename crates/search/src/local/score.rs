@@ -55,8 +55,6 @@ struct TokenPostings {
 #[derive(Debug)]
 pub(super) struct Postings {
     tokens: HashMap<u32, TokenPostings>,
-    /// The idf of a token in one document (the largest there is).
-    max_idf: f32,
 }
 
 /// A scored document; `Ord` puts the better first (score descending, then
@@ -108,7 +106,6 @@ impl Postings {
                 }
             }
         }
-        let max_idf = (1f32 + ((n as f32 - 1.0 + 0.5) / 1.5)).ln();
         let tokens = lists
             .into_iter()
             .map(|(token, docs)| {
@@ -121,18 +118,7 @@ impl Postings {
                 (token, TokenPostings { idf, docs })
             })
             .collect();
-        Postings { tokens, max_idf }
-    }
-
-    /// `token`'s idf over the largest possible (a token in one document),
-    /// `0..=1`; `None` for a token no document has.
-    pub(super) fn rarity(&self, token: u32) -> Option<f32> {
-        let p = self.tokens.get(&token)?;
-        Some(if self.max_idf > 0.0 {
-            (p.idf / self.max_idf).clamp(0.0, 1.0)
-        } else {
-            0.0
-        })
+        Postings { tokens }
     }
 
     /// The `limit` best documents for `query`, best first (see the module

@@ -22,8 +22,10 @@
 //!     possessive pointing back ("its", "their") is searched as written:
 //!     "What is the capital of Japan?" after talk of Portugal searches Japan
 //!     only.
-//!   * Otherwise — it refers back ("its", "they", "there", "the country")
-//!     or is a fragment ("climate?", "And the exports?") — **terms are
+//!   * Otherwise — it refers back (a possessive "its", "their"; a noun
+//!     phrase "the country", "that city" not followed by "of …"; or it
+//!     names nothing and says "it", "they", "there") or is a fragment
+//!     ("climate?", "And the exports?") — **terms are
 //!     carried** from the earlier `user` and `assistant` turns, most
 //!     recent first: the words of those turns that name a subject, each
 //!     scored by its rarity × 0.85 per turn back × (1 for a user turn, 0.6
@@ -35,22 +37,48 @@
 //!   * `system`, `developer`, `tool` and any other turns give no terms.
 //!   * The scan is bounded: the last 12 turns, the first 300 words of each,
 //!     2000 words in all.
-//! * `model`: a chat model writes the query ([`model`]); on any failure
-//!   the `context` query.
+//! * `model`: a chat model writes the query (one non-streamed chat
+//!   completion to `[search.query_model]`, bounded by
+//!   `search.query_timeout`; see docs/search.md); on any failure the
+//!   `context` query. [`crate::Search::form`] runs it.
 //!
-//! **Rarity** is the provider's signal when it has one
-//! ([`crate::Provider::rarity`]: the `local` index says a word of its
-//! passage titles names a subject, "Peru", while a rare word no title has,
-//! "tropical", does not); otherwise a word outside the bundled lists counts
-//! as rare (0.7). A capitalised word inside a sentence, or an all-caps one,
+//! **Rarity** (how strongly a word names a subject) is the provider's
+//! signal when it has one ([`crate::Provider::subject`]: the `local` index
+//! says a word of its passage titles names a subject, "Peru", while a rare
+//! word no title has, "tropical", does not); otherwise a word outside the
+//! bundled lists counts as rare (0.7). A capitalised word inside a sentence, or an all-caps one,
 //! is rare at least 0.8; a word names a subject from 0.5.
 //!
 //! The formed [`FormedQuery::text`] is the question followed by the carried
 //! terms, space-separated (`"And what is its population? Peru"`): what
 //! every provider is sent and hosts log. (For `local`, weighting the
 //! carried terms lower in its BM25 score ranked worse on the conversation
-//! test set than this one string: 0.5 → 62%/77% top-1/top-3, 0.75 →
-//! 80%/92%, one string 92%/98%; so the string it is.)
+//! test set than this one string: weight 0.5 → 62%/77% top-1/top-3, 0.75 →
+//! 80%/92%, one string 92%/98%, measured with up to two carried terms per
+//! question word; so the string it is.)
+//!
+//! # Example
+//!
+//! ```
+//! use citestream_search::query::form;
+//! use citestream_search::{QueryMode, SearchQuery};
+//! use citestream::request::Turn;
+//!
+//! let turn = |role: &str, text: &str| Turn { role: role.into(), text: text.into() };
+//! let query = SearchQuery {
+//!     text: "And what is its population?".into(),
+//!     context: vec![
+//!         turn("user", "What is the capital of Peru?"),
+//!         turn("assistant", "The capital of Peru is Lima [1]."),
+//!     ],
+//! };
+//! // No provider signal: capitalised words name subjects.
+//! let formed = form(&query, QueryMode::Context, 1000, &|_| None);
+//! assert_eq!(formed.text(), "And what is its population? Peru");
+//! assert_eq!(formed.carried(), ["Peru"]);
+//! let last = form(&query, QueryMode::Last, 1000, &|_| None);
+//! assert_eq!(last.text(), "And what is its population?");
+//! ```
 
 mod conversation;
 mod model;
@@ -322,6 +350,26 @@ const REFERRING_NOUNS: &[&str] = &[
 const NAMING_NEXT: &[&str] = &[
     "of", "in", "called", "named", "with", "that", "which", "where", "whose",
 ];
+
+/// Lowercase words and a count each (see [`word_counts`]).
+pub(crate) type WordCounts = FastMap<String, u32>;
+
+/// For each lowercase word of `texts` (split as query formation splits
+/// words), the number of texts that have it.
+pub(crate) fn word_counts<'a>(texts: impl IntoIterator<Item = &'a str>) -> WordCounts {
+    let mut counts = WordCounts::default();
+    let mut lower = String::new();
+    for text in texts {
+        let mut seen: FastMap<String, ()> = FastMap::default();
+        for w in words(text) {
+            lowercase_into(w.text, &mut lower);
+            if seen.insert(lower.clone(), ()).is_none() {
+                *counts.entry(lower.clone()).or_default() += 1;
+            }
+        }
+    }
+    counts
+}
 
 /// A word of the earlier turns, seen once or more.
 struct Seen {

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 /// FNV-1a: short keys, no untrusted-key flooding concern worth SipHash's
 /// cost here (the maps are bounded by the scan limits).
 #[derive(Default)]
-pub(super) struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {
@@ -40,7 +40,7 @@ impl Hasher for Fnv {
 }
 
 /// A hash map with [`Fnv`].
-pub(super) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 /// One word of a text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
