@@ -20,16 +20,46 @@ use citestream_search::{LocalIndex, QueryMode, SearchQuery};
 /// in a follow-up that does not name its subject.
 fn conversation() -> SearchQuery {
     let exchanges = [
-        ("What is the capital of Peru?", "The capital of Peru is Lima, a coastal city founded in 1535 by Francisco Pizarro [1]. It is the country's largest city and its political, cultural and financial centre."),
-        ("And how is the climate there?", "Peru's climate varies from tropical in the east to dry desert in the west; it is temperate to frigid in the Andes [1]. The coast is cooled by the Humboldt Current."),
-        ("What does Chile export?", "Chile exports copper, fruit, fish products, paper and pulp, chemicals and wine [1]. Copper alone is about half of the value of its exports."),
-        ("Is Chile prone to earthquakes?", "Yes. Severe earthquakes are frequent in Chile; active volcanism and tsunamis are further hazards [1]. The 1960 Valdivia earthquake was the strongest ever recorded."),
-        ("Tell me about Kenya's population.", "Kenya has about 45 million people; the population is young and growing quickly [1]. Nairobi and Mombasa are the largest urban areas."),
-        ("Which languages do they speak in Kenya?", "English and Kiswahili are official in Kenya, and many indigenous languages are spoken [1]."),
-        ("What are Japan's main industries?", "Japan is among the world's largest and most technologically advanced producers of motor vehicles, electronic equipment, machine tools, steel and nonferrous metals, ships, chemicals and textiles [1]."),
-        ("Does Japan have volcanoes?", "Many dormant and some active volcanoes; about 1,500 seismic occurrences, mostly tremors, happen every year [1]. Tsunamis and typhoons also strike."),
-        ("What is the government of Norway?", "Norway is a parliamentary constitutional monarchy; the king is the head of state and the prime minister leads the government [1]."),
-        ("What does Norway export?", "Norway exports petroleum and petroleum products, machinery and equipment, metals, chemicals, ships and fish [1]. Oil and gas are about half of its exports."),
+        (
+            "What is the capital of Peru?",
+            "The capital of Peru is Lima, a coastal city founded in 1535 by Francisco Pizarro [1]. It is the country's largest city and its political, cultural and financial centre.",
+        ),
+        (
+            "And how is the climate there?",
+            "Peru's climate varies from tropical in the east to dry desert in the west; it is temperate to frigid in the Andes [1]. The coast is cooled by the Humboldt Current.",
+        ),
+        (
+            "What does Chile export?",
+            "Chile exports copper, fruit, fish products, paper and pulp, chemicals and wine [1]. Copper alone is about half of the value of its exports.",
+        ),
+        (
+            "Is Chile prone to earthquakes?",
+            "Yes. Severe earthquakes are frequent in Chile; active volcanism and tsunamis are further hazards [1]. The 1960 Valdivia earthquake was the strongest ever recorded.",
+        ),
+        (
+            "Tell me about Kenya's population.",
+            "Kenya has about 45 million people; the population is young and growing quickly [1]. Nairobi and Mombasa are the largest urban areas.",
+        ),
+        (
+            "Which languages do they speak in Kenya?",
+            "English and Kiswahili are official in Kenya, and many indigenous languages are spoken [1].",
+        ),
+        (
+            "What are Japan's main industries?",
+            "Japan is among the world's largest and most technologically advanced producers of motor vehicles, electronic equipment, machine tools, steel and nonferrous metals, ships, chemicals and textiles [1].",
+        ),
+        (
+            "Does Japan have volcanoes?",
+            "Many dormant and some active volcanoes; about 1,500 seismic occurrences, mostly tremors, happen every year [1]. Tsunamis and typhoons also strike.",
+        ),
+        (
+            "What is the government of Norway?",
+            "Norway is a parliamentary constitutional monarchy; the king is the head of state and the prime minister leads the government [1].",
+        ),
+        (
+            "What does Norway export?",
+            "Norway exports petroleum and petroleum products, machinery and equipment, metals, chemicals, ships and fish [1]. Oil and gas are about half of its exports.",
+        ),
     ];
     let mut context = Vec::new();
     for (q, a) in exchanges {
@@ -45,6 +75,9 @@ fn conversation() -> SearchQuery {
         context,
     }
 }
+
+/// A named measurement.
+type Row<'a> = (&'a str, Box<dyn Fn() + 'a>);
 
 fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
@@ -74,7 +107,7 @@ fn main() {
     println!();
     println!("20-turn conversation | p50 | p99");
     println!("---|---|---");
-    let rows: [(&str, Box<dyn Fn()>); 4] = [
+    let rows: [Row<'_>; 4] = [
         (
             "form, context, local subject signal",
             Box::new(|| {

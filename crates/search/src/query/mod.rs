@@ -436,7 +436,7 @@ fn carry(
                 continue;
             }
             let r = occurrence_rarity(w, e.base);
-            if r < SUBJECT || own.iter().any(|o| *o == lower) {
+            if r < SUBJECT || own.contains(&lower) {
                 continue;
             }
             if e.turn != back {
