@@ -195,16 +195,17 @@ pub fn expect(input: &str, sources: &[Source], o: &RefOpts) -> Vec<Block> {
             }
             "response.output_item.done" => {
                 let oi = u32_of(&v, "output_index");
-                if let (Some(oi), Some(item)) = (oi, v.get_mut("item")) {
-                    if item.get("type").and_then(Value::as_str) == Some("message") {
-                        if let Some(Value::Array(content)) = item.get_mut("content") {
-                            for (i, p) in content.iter_mut().enumerate() {
-                                let ours = ours_of(&parts, (oi, i as u64));
-                                if !ours.is_empty() && p.is_object() {
-                                    annotate(p, &ours);
-                                    changed = true;
-                                }
-                            }
+                let content = v
+                    .get_mut("item")
+                    .filter(|item| item.get("type").and_then(Value::as_str) == Some("message"))
+                    .and_then(|item| item.get_mut("content"))
+                    .and_then(Value::as_array_mut);
+                if let (Some(oi), Some(content)) = (oi, content) {
+                    for (i, p) in content.iter_mut().enumerate() {
+                        let ours = ours_of(&parts, (oi, i as u64));
+                        if !ours.is_empty() && p.is_object() {
+                            annotate(p, &ours);
+                            changed = true;
                         }
                     }
                 }
