@@ -43,7 +43,7 @@ use hyper::body::Incoming;
 use crate::body::{AnyBody, Collected, Logged, Rewriting, collect_capped, full};
 use crate::decode::{self, Decoded};
 use crate::log::RequestLog;
-use crate::upstream::{Upstream, UpstreamFailure, json_response};
+use crate::upstream::{OutBody, Upstream, UpstreamFailure, json_response};
 
 /// Largest whole (non-streamed) upstream body the gateway rewrites; a
 /// larger one passes through unchanged.
@@ -198,7 +198,7 @@ async fn grounded(
             HeaderValue::from_static("identity"),
         );
     }
-    let mut up = Request::new(full(g.body.clone()));
+    let mut up = Request::new(OutBody::Whole(g.body.clone()));
     *up.method_mut() = Method::POST;
     *up.uri_mut() = parts.uri.clone();
     *up.headers_mut() = headers;
@@ -265,7 +265,7 @@ async fn pass_through(
     }
     metrics.request(EndpointLabel::Other, SearchLabel::None);
     let (parts, body) = req.into_parts();
-    let mut up = Request::new(body.map_err(Into::into).boxed());
+    let mut up = Request::new(OutBody::Streamed(body.map_err(Into::into).boxed()));
     *up.method_mut() = parts.method.clone();
     *up.uri_mut() = parts.uri.clone();
     *up.headers_mut() = forward_headers(&parts.headers, rid);
@@ -282,7 +282,7 @@ async fn pass_through(
 async fn send(
     state: &State,
     endpoint: Option<Endpoint>,
-    up: Request<AnyBody>,
+    up: Request<OutBody>,
     log: &mut RequestLog,
 ) -> Result<Response<AnyBody>, Response<AnyBody>> {
     let shape = ErrorShape::for_path(up.uri().path());
