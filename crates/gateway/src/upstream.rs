@@ -1,7 +1,8 @@
 //! The model server the gateway forwards to: an HTTP(S) upstream through a
 //! pooled client (hyper-util's, rustls with the ring provider and the trust
-//! of [`citestream_host::tls`]; HTTP/2 over TLS by ALPN), or the built-in
-//! demo model when `upstream.base_url` is `""`.
+//! of [`citestream_host::tls`]; HTTP/2 over TLS by ALPN; through the
+//! environment's proxy, [`tunnel`]), or the built-in demo model when
+//! `upstream.base_url` is `""`.
 //!
 //! Contract:
 //! * Where a request goes: [`route`] (`[[routes]]` by the body's `model`,
@@ -40,6 +41,7 @@
 mod conn;
 mod idle;
 mod route;
+mod tunnel;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +62,7 @@ use crate::body::{AnyBody, Paced, full};
 use crate::demo;
 use conn::{Clients, PoolSettings};
 use route::Routes;
+use tunnel::{ProxyEnv, Tunnel};
 
 /// How long the demo model waits between two streamed events.
 const DEMO_PACE: Duration = Duration::from_millis(20);
@@ -146,7 +149,7 @@ pub(crate) enum Upstream {
 /// Model servers reached over HTTP(S).
 #[derive(Debug)]
 pub(crate) struct HttpUpstream {
-    clients: Clients<HttpsConnector<HttpConnector>>,
+    clients: Clients<HttpsConnector<Tunnel>>,
     routes: Routes,
     headers_timeout: Duration,
     idle_timeout: Duration,
@@ -156,7 +159,11 @@ pub(crate) struct HttpUpstream {
 
 impl Upstream {
     /// The upstream of `cfg` (the URLs were validated with the config).
-    pub(crate) fn new(cfg: &Config, metrics: Arc<Metrics>) -> Result<Upstream, String> {
+    pub(crate) fn new(
+        cfg: &Config,
+        metrics: Arc<Metrics>,
+        tls: &rustls::ClientConfig,
+    ) -> Result<Upstream, String> {
         let up = &cfg.upstream;
         if up.base_url.is_empty() {
             return Ok(Upstream::Demo);
@@ -166,12 +173,17 @@ impl Upstream {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(up.connect_timeout));
+        let proxies = ProxyEnv::from_env()?;
+        if !proxies.is_empty() {
+            tracing::info!(
+                "upstream connections go through the proxy of HTTPS_PROXY/HTTP_PROXY (NO_PROXY exempts)"
+            );
+        }
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-            .map_err(|e| format!("upstream: TLS setup: {e}"))?
+            .with_tls_config(tls.clone())
             .https_or_http()
             .enable_all_versions()
-            .wrap_connector(http);
+            .wrap_connector(Tunnel::new(http, proxies));
         let clients = Clients::new(
             https,
             PoolSettings {

@@ -50,6 +50,7 @@ pub struct Grounding {
     rewrite: RewriteOptions,
     metrics: Arc<Metrics>,
     clock: SharedClock,
+    tls: Arc<rustls::ClientConfig>,
 }
 
 /// A request ready to go upstream.
@@ -107,7 +108,9 @@ impl Grounding {
         let accounts = Accounts::from_config(cfg)?;
         let store = Store::from_config(cfg, clock.clone())?;
         // The setup error's message names the key itself.
-        let search = Search::new(&cfg.search).map_err(|e| ConfigError::new("", e.to_string()))?;
+        let tls = crate::tls::client_config(&cfg.tls)?;
+        let search = Search::with_tls(&cfg.search, Some(&tls))
+            .map_err(|e| ConfigError::new("", e.to_string()))?;
         Ok(Grounding {
             accounts,
             store,
@@ -116,7 +119,15 @@ impl Grounding {
             rewrite: cfg.rewrite_options(),
             metrics: Arc::new(Metrics::new()),
             clock,
+            tls,
         })
+    }
+
+    /// The TLS trust of `[tls]` ([`crate::tls`]), for the host's own
+    /// outgoing clients (the gateway's upstream).
+    #[must_use]
+    pub fn tls(&self) -> &Arc<rustls::ClientConfig> {
+        &self.tls
     }
 
     /// The metrics registry (hosts record upstream latency, event latency

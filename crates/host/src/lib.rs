@@ -41,3 +41,4 @@ pub mod errors;
 pub mod grounding;
 pub mod metrics;
 pub mod store;
+pub mod tls;

@@ -44,6 +44,7 @@
 
 mod adapt;
 mod config;
+mod http;
 mod local;
 mod provider;
 mod remote;
