@@ -288,7 +288,7 @@ impl HttpUpstream {
             *r.method_mut() = parts.method.clone();
             *r.uri_mut() = uri;
             *r.headers_mut() = headers.clone();
-            let mark = self.clients.mark();
+            let sent = std::time::Instant::now();
             let client = if fresh {
                 self.clients.fresh()
             } else {
@@ -320,7 +320,7 @@ impl HttpUpstream {
                     at += 1;
                     tokio::time::sleep(wait).await;
                 }
-                Err(e) if stale_retry && payload.again() && conn::is_stale(&e, mark) => {
+                Err(e) if stale_retry && payload.again() && conn::is_stale(&e, sent) => {
                     tracing::debug!(error = %chain(&e), "reused upstream connection failed; sending again");
                     self.metrics.upstream_retry(UpstreamRetry::StaleConnection);
                     stale_retry = false;

@@ -27,7 +27,7 @@ enum Closing {
     /// without answering it: the server dropped the connection just as the
     /// request came (the keep-alive race at its worst).
     AfterRandom(u64),
-    /// When no request came for this long.
+    /// When no request came for this long after an answer.
     Idle(Duration),
     /// Never.
     KeepOpen,
@@ -133,7 +133,7 @@ impl RawUp {
                     let mut served = 0;
                     loop {
                         let req = match closing {
-                            Closing::Idle(d) => {
+                            Closing::Idle(d) if served > 0 => {
                                 match tokio::time::timeout(d, read_request(&mut s, &mut buf)).await
                                 {
                                     Ok(r) => r,
@@ -258,11 +258,16 @@ async fn closed_keep_alive_connections_never_reach_the_client() {
             4,
             Duration::from_millis(40),
         ),
+        (
+            Closing::Idle(Duration::from_millis(4)),
+            16,
+            Duration::from_millis(8),
+        ),
     ] {
         let up = RawUp::start(closing, vec![ok_answer()]).await;
         let (cfg, dir) = config(&up.url(), PLAN);
         let gw = start_gateway(&cfg, dir).await;
-        let n = if gap.is_zero() { 400 } else { 120 };
+        let n = if gap.is_zero() { 400 } else { 160 };
         let (bad, sourceless) = load(&gw, n, conc, gap, 3).await;
         assert!(
             bad.is_empty(),

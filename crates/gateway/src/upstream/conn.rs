@@ -1,11 +1,12 @@
 //! The upstream connections: the pooled client and the keep-alive race.
 //!
 //! Contract:
-//! * Every connection the client opens is numbered in the order it was
-//!   made ([`Numbered`]); a request notes the next number before it is sent
-//!   ([`Clients::mark`]), so a failure on a connection with a smaller
-//!   number happened on a connection that already existed — a reused,
-//!   pooled one.
+//! * Every connection notes when it was made and counts its turns
+//!   ([`Counted`]): a turn starts with the first write after a read (or the
+//!   first write at all). A request's connection is a reused, pooled one
+//!   when it was made before the request was sent (it waited in the pool),
+//!   or when the request is on its turn 2 or later (it carried an earlier
+//!   exchange), whatever the timing of the pool.
 //! * [`is_stale`]: the failure of a request on such a reused connection
 //!   before any byte of the response was parsed (the peer closed or reset
 //!   it: the keep-alive race, where the server drops an idle connection as
@@ -22,6 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
@@ -32,82 +34,91 @@ use tower_service::Service;
 
 use crate::body::AnyBody;
 
-/// The number of a connection, in the order the client made them.
-#[derive(Clone, Copy, Debug)]
-struct Born(u64);
-
-/// A connector whose connections carry their [`Born`] number.
+/// When a connection was made and its turn count, shared with its
+/// [`Connected`] info.
 #[derive(Clone, Debug)]
-pub(crate) struct Numbered<C> {
+struct Turns(Arc<AtomicU64>, Instant);
+
+/// A connector whose connections count their turns.
+#[derive(Clone, Debug)]
+pub(crate) struct Counted<C> {
     inner: C,
-    next: Arc<AtomicU64>,
 }
 
-impl<C> Numbered<C> {
-    pub(crate) fn new(inner: C) -> Self {
-        Numbered {
-            inner,
-            next: Arc::new(AtomicU64::new(0)),
-        }
-    }
-}
-
-impl<C> Service<Uri> for Numbered<C>
+impl<C> Service<Uri> for Counted<C>
 where
     C: Service<Uri>,
     C::Future: Send + 'static,
 {
-    type Response = NumberedIo<C::Response>;
+    type Response = CountedIo<C::Response>;
     type Error = C::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<NumberedIo<C::Response>, C::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<CountedIo<C::Response>, C::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let next = self.next.clone();
         let fut = self.inner.call(uri);
         Box::pin(async move {
-            let io = fut.await?;
-            Ok(NumberedIo {
-                io,
-                born: next.fetch_add(1, Ordering::Relaxed),
+            Ok(CountedIo {
+                io: fut.await?,
+                turns: Turns(Arc::new(AtomicU64::new(0)), Instant::now()),
+                writing: false,
             })
         })
     }
 }
 
-/// A connection and its number.
+/// A connection and its turn count.
 #[derive(Debug)]
-pub(crate) struct NumberedIo<T> {
+pub(crate) struct CountedIo<T> {
     io: T,
-    born: u64,
+    turns: Turns,
+    /// Written since the last read: the current turn's request is going out.
+    writing: bool,
 }
 
-impl<T: Connection> Connection for NumberedIo<T> {
-    fn connected(&self) -> Connected {
-        self.io.connected().extra(Born(self.born))
+impl<T> CountedIo<T> {
+    fn wrote(&mut self, r: &Poll<std::io::Result<usize>>) {
+        if !self.writing && matches!(r, Poll::Ready(Ok(n)) if *n > 0) {
+            self.writing = true;
+            self.turns.0.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
-impl<T: Read + Unpin> Read for NumberedIo<T> {
+impl<T: Connection> Connection for CountedIo<T> {
+    fn connected(&self) -> Connected {
+        self.io.connected().extra(self.turns.clone())
+    }
+}
+
+impl<T: Read + Unpin> Read for CountedIo<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: ReadBufCursor<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) {
+            this.writing = false;
+        }
+        r
     }
 }
 
-impl<T: Write + Unpin> Write for NumberedIo<T> {
+impl<T: Write + Unpin> Write for CountedIo<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(&r);
+        r
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -127,16 +138,18 @@ impl<T: Write + Unpin> Write for NumberedIo<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(&r);
+        r
     }
 }
 
 /// The pooled client and the never-pooling one, over one connector.
 #[derive(Debug)]
 pub(crate) struct Clients<C> {
-    pooled: Client<Numbered<C>, AnyBody>,
-    fresh: Client<Numbered<C>, AnyBody>,
-    next: Arc<AtomicU64>,
+    pooled: Client<Counted<C>, AnyBody>,
+    fresh: Client<Counted<C>, AnyBody>,
 }
 
 /// Pool settings (`upstream.pool_*`).
@@ -149,11 +162,10 @@ pub(crate) struct PoolSettings {
 impl<C> Clients<C>
 where
     C: Service<Uri> + Clone + Send + Sync + 'static,
-    Numbered<C>: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+    Counted<C>: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
 {
     pub(crate) fn new(connector: C, pool: PoolSettings) -> Self {
-        let connector = Numbered::new(connector);
-        let next = connector.next.clone();
+        let connector = Counted { inner: connector };
         let build = |idle: usize| {
             Client::builder(TokioExecutor::new())
                 .timer(TokioTimer::new())
@@ -165,30 +177,24 @@ where
         Clients {
             pooled: build(pool.max_idle_per_host),
             fresh: build(0),
-            next,
         }
     }
 
     /// The pooled client.
-    pub(crate) fn pooled(&self) -> &Client<Numbered<C>, AnyBody> {
+    pub(crate) fn pooled(&self) -> &Client<Counted<C>, AnyBody> {
         &self.pooled
     }
 
     /// The client that opens a connection for each request.
-    pub(crate) fn fresh(&self) -> &Client<Numbered<C>, AnyBody> {
+    pub(crate) fn fresh(&self) -> &Client<Counted<C>, AnyBody> {
         &self.fresh
-    }
-
-    /// The number the next new connection gets: a connection with a
-    /// smaller one existed before this call.
-    pub(crate) fn mark(&self) -> u64 {
-        self.next.load(Ordering::Relaxed)
     }
 }
 
-/// Whether `e` is the failure of a request on a connection made before
-/// `mark` (a reused one), before any byte of the response was parsed.
-pub(crate) fn is_stale(e: &hyper_util::client::legacy::Error, mark: u64) -> bool {
+/// Whether `e` is the failure of a request sent at `sent` on a reused
+/// connection (made before `sent`, or on turn 2 or later) before any byte
+/// of the response was parsed.
+pub(crate) fn is_stale(e: &hyper_util::client::legacy::Error, sent: Instant) -> bool {
     if e.is_connect() {
         return false;
     }
@@ -197,7 +203,10 @@ pub(crate) fn is_stale(e: &hyper_util::client::legacy::Error, mark: u64) -> bool
     };
     let mut ext = http::Extensions::new();
     info.get_extras(&mut ext);
-    if ext.get::<Born>().is_none_or(|b| b.0 >= mark) {
+    if ext
+        .get::<Turns>()
+        .is_none_or(|t| t.1 >= sent && t.0.load(Ordering::Relaxed) < 2)
+    {
         return false;
     }
     let mut src = std::error::Error::source(e);

@@ -262,7 +262,10 @@ fn relative_paths_resolve_against_the_config_folder() {
     assert_eq!(cfg.tls.client_cert, "/abs/c.pem");
     assert_eq!(cfg.tls.client_key, dir.join("k.pem").to_string_lossy());
     assert_eq!(cfg.search.local.path, dir.join("docs").to_string_lossy());
-    assert_eq!(cfg.search.r#static.path, dir.join("sources.json").to_string_lossy());
+    assert_eq!(
+        cfg.search.r#static.path,
+        dir.join("sources.json").to_string_lossy()
+    );
     // Empty stays empty (the bundled corpus).
     std::fs::write(&file, "").unwrap();
     assert_eq!(Config::load(Some(&file)).unwrap().search.local.path, "");
@@ -272,11 +275,26 @@ fn relative_paths_resolve_against_the_config_folder() {
 fn routes_and_tls_are_checked() {
     let env = |_: &str| None;
     let bad = [
-        ("[[routes]]\nmodel = \"\"\nbase_urls = [\"http://a\"]\n", "routes[0].model"),
-        ("[[routes]]\nmodel = \"a*b*\"\nbase_urls = [\"http://a\"]\n", "routes[0].model"),
-        ("[[routes]]\nmodel = \"m\"\nbase_urls = []\n", "routes[0].base_urls"),
-        ("[[routes]]\nmodel = \"m\"\nbase_urls = [\"ftp://a\"]\n", "routes[0].base_urls[0]"),
-        ("[[routes]]\nmodel = \"m\"\nbase_urls = [\"http://a\"]\nkey = 1\n", "routes[0]"),
+        (
+            "[[routes]]\nmodel = \"\"\nbase_urls = [\"http://a\"]\n",
+            "routes[0].model",
+        ),
+        (
+            "[[routes]]\nmodel = \"a*b*\"\nbase_urls = [\"http://a\"]\n",
+            "routes[0].model",
+        ),
+        (
+            "[[routes]]\nmodel = \"m\"\nbase_urls = []\n",
+            "routes[0].base_urls",
+        ),
+        (
+            "[[routes]]\nmodel = \"m\"\nbase_urls = [\"ftp://a\"]\n",
+            "routes[0].base_urls[0]",
+        ),
+        (
+            "[[routes]]\nmodel = \"m\"\nbase_urls = [\"http://a\"]\nkey = 1\n",
+            "routes[0]",
+        ),
         ("[tls]\nclient_cert = \"c.pem\"\n", "tls.client_key"),
     ];
     for (toml, key) in bad {
