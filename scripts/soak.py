@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from harness.procs import Serve  # noqa: E402
-from harness.replay import ReplayServer, parse_closing  # noqa: E402
+from harness.replay import ReplayServer, parse_closing, read_chunked  # noqa: E402
 
 QUESTION = "Weather in Lisbon this weekend?"
 POOL_IDLE = 4.0  # upstream.pool_idle_timeout's default
@@ -94,15 +94,7 @@ async def read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
 
 async def read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
     if headers.get("transfer-encoding", "").lower() == "chunked":
-        parts = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
-            if size == 0:
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass
-                return b"".join(parts)
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
+        return await read_chunked(reader)
     return await reader.readexactly(int(headers.get("content-length", "0")))
 
 

@@ -179,6 +179,19 @@ class _Request:
         return next((v for k, v in self.headers if k.lower() == name), None)
 
 
+async def read_chunked(reader: asyncio.StreamReader) -> bytes:
+    """A chunked HTTP/1.1 body (trailers skipped), de-chunked."""
+    parts = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
+        if size == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                pass
+            return b"".join(parts)
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+
+
 async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -193,16 +206,7 @@ async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
             headers.append((k.strip(), v.strip()))
     req = _Request(method, target, headers, b"")
     if (req.header("transfer-encoding") or "").lower() == "chunked":
-        parts = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
-            if size == 0:
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass
-                break
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-        req.body = b"".join(parts)
+        req.body = await read_chunked(reader)
     else:
         req.body = await reader.readexactly(int(req.header("content-length") or 0))
     return req

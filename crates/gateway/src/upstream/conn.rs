@@ -50,9 +50,9 @@ where
     C: Service<Uri>,
     C::Future: Send + 'static,
 {
-    type Response = CountedIo<C::Response>;
+    type Response = Io<C::Response>;
     type Error = C::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<CountedIo<C::Response>, C::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Io<C::Response>, C::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -61,40 +61,62 @@ where
     fn call(&mut self, uri: Uri) -> Self::Future {
         let fut = self.inner.call(uri);
         Box::pin(async move {
-            Ok(CountedIo {
+            Ok(Io {
                 io: fut.await?,
-                turns: Turns(Arc::new(AtomicU64::new(0)), Instant::now()),
+                turns: Some(Turns(Arc::new(AtomicU64::new(0)), Instant::now())),
                 writing: false,
+                absolute_form: false,
             })
         })
     }
 }
 
-/// A connection and its turn count.
+/// A connection with what the client needs to know of it: its turn count
+/// (the connector's outermost layer), whether it goes to a proxy that
+/// takes absolute-form requests (the TCP layer, [`super::tunnel`]).
 #[derive(Debug)]
-pub(crate) struct CountedIo<T> {
+pub(crate) struct Io<T> {
     io: T,
-    turns: Turns,
+    turns: Option<Turns>,
     /// Written since the last read: the current turn's request is going out.
     writing: bool,
+    absolute_form: bool,
 }
 
-impl<T> CountedIo<T> {
+impl<T> Io<T> {
+    /// A connection that counts no turns; `absolute_form`: requests on it
+    /// go to an HTTP proxy.
+    pub(crate) fn plain(io: T, absolute_form: bool) -> Io<T> {
+        Io {
+            io,
+            turns: None,
+            writing: false,
+            absolute_form,
+        }
+    }
+
     fn wrote(&mut self, r: &Poll<std::io::Result<usize>>) {
         if !self.writing && matches!(r, Poll::Ready(Ok(n)) if *n > 0) {
             self.writing = true;
-            self.turns.0.fetch_add(1, Ordering::Relaxed);
+            if let Some(t) = &self.turns {
+                t.0.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }
 
-impl<T: Connection> Connection for CountedIo<T> {
+impl<T: Connection> Connection for Io<T> {
     fn connected(&self) -> Connected {
-        self.io.connected().extra(self.turns.clone())
+        let c = self.io.connected();
+        let c = if self.absolute_form { c.proxy(true) } else { c };
+        match &self.turns {
+            Some(t) => c.extra(t.clone()),
+            None => c,
+        }
     }
 }
 
-impl<T: Read + Unpin> Read for CountedIo<T> {
+impl<T: Read + Unpin> Read for Io<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -109,7 +131,7 @@ impl<T: Read + Unpin> Read for CountedIo<T> {
     }
 }
 
-impl<T: Write + Unpin> Write for CountedIo<T> {
+impl<T: Write + Unpin> Write for Io<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

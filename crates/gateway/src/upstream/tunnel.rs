@@ -25,12 +25,13 @@ use std::task::{Context, Poll};
 
 use base64::Engine as _;
 use http::Uri;
-use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tower_service::Service;
+
+use super::conn::Io;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -206,9 +207,9 @@ impl Tunnel {
 }
 
 impl Service<Uri> for Tunnel {
-    type Response = ProxiedIo;
+    type Response = Io<TokioIo<TcpStream>>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<ProxiedIo, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.tcp.poll_ready(cx).map_err(Into::into)
@@ -219,27 +220,18 @@ impl Service<Uri> for Tunnel {
         let proxy = self.env.for_uri(&uri).cloned();
         Box::pin(async move {
             let Some(p) = proxy else {
-                let io = tcp.call(uri).await?;
-                return Ok(ProxiedIo {
-                    io,
-                    absolute_form: false,
-                });
+                return Ok(Io::plain(tcp.call(uri).await?, false));
             };
             let io = tcp
                 .call(p.uri.clone())
                 .await
                 .map_err(|e| format!("proxy {}: {e}", p.authority))?;
             if uri.scheme_str() != Some("https") {
-                return Ok(ProxiedIo {
-                    io,
-                    absolute_form: true,
-                });
+                // Plain HTTP: the proxy gets absolute-form requests.
+                return Ok(Io::plain(io, true));
             }
             let stream = connect_tunnel(io.into_inner(), &uri, &p).await?;
-            Ok(ProxiedIo {
-                io: TokioIo::new(stream),
-                absolute_form: false,
-            })
+            Ok(Io::plain(TokioIo::new(stream), false))
         })
     }
 }
@@ -279,60 +271,6 @@ async fn connect_tunnel(mut s: TcpStream, uri: &Uri, p: &Proxy) -> Result<TcpStr
         .into());
     }
     Ok(s)
-}
-
-/// A connection, directly or through a proxy.
-#[derive(Debug)]
-pub(crate) struct ProxiedIo {
-    io: TokioIo<TcpStream>,
-    /// The proxy gets absolute-form requests (plain HTTP via `HTTP_PROXY`).
-    absolute_form: bool,
-}
-
-impl Connection for ProxiedIo {
-    fn connected(&self) -> Connected {
-        self.io.connected().proxy(self.absolute_form)
-    }
-}
-
-impl Read for ProxiedIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl Write for ProxiedIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
 }
 
 #[cfg(test)]
