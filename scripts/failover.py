@@ -74,8 +74,8 @@ def phase(base_urls: list[str], n: int) -> dict:
         metrics = serve.metrics()
     finally:
         serve.stop()
-    connect = next((float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines()
-                    if l.startswith('citestream_upstream_retries_total{reason="connect"}')), 0.0)
+    connect = next((float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                    if line.startswith('citestream_upstream_retries_total{reason="connect"}')), 0.0)
     return {"times": times, "errors": errors, "connect_retries": connect}
 
 
