@@ -58,6 +58,7 @@ pub struct Grounding {
     clock: SharedClock,
     limits: Limits,
     keys: KeyRules,
+    tls: Arc<rustls::ClientConfig>,
 }
 
 /// The size limits of `[server]` and `[rewrite]`.
@@ -193,7 +194,9 @@ impl Grounding {
         let accounts = Accounts::from_config(cfg)?;
         let store = Store::from_config(cfg, clock.clone())?;
         // The setup error's message names the key itself.
-        let search = Search::new(&cfg.search).map_err(|e| ConfigError::new("", e.to_string()))?;
+        let tls = crate::tls::client_config(&cfg.tls)?;
+        let search = Search::with_tls(&cfg.search, Some(&tls))
+            .map_err(|e| ConfigError::new("", e.to_string()))?;
         let keys = KeyRules {
             api_key: (!cfg.upstream.api_key.is_empty()).then(|| cfg.upstream.api_key.clone()),
             strip_client: cfg.auth.mode == AuthMode::Keys && !cfg.upstream.forward_client_auth,
@@ -214,7 +217,15 @@ impl Grounding {
                 max_whole_body: usize::try_from(cfg.rewrite.max_whole_body.0).unwrap_or(usize::MAX),
             },
             keys,
+            tls,
         })
+    }
+
+    /// The TLS trust of `[tls]` ([`crate::tls`]), for the host's own
+    /// outgoing clients (the gateway's upstream).
+    #[must_use]
+    pub fn tls(&self) -> &Arc<rustls::ClientConfig> {
+        &self.tls
     }
 
     pub(crate) fn limits(&self) -> Limits {

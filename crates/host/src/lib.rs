@@ -42,3 +42,4 @@ pub mod exchange;
 pub mod grounding;
 pub mod metrics;
 pub mod store;
+pub mod tls;

@@ -12,6 +12,7 @@
 //! | `citestream_quota_exhausted_total` | counter | |
 //! | `citestream_quota_errors_total` | counter | |
 //! | `citestream_upstream_errors_total` | counter | `kind` (`refused`, `timeout`, `broken`) |
+//! | `citestream_upstream_retries_total` | counter | `reason`: why a request was sent upstream again (`stale_connection`: a reused pooled connection failed before any response byte, the keep-alive race; `connect`: a connect error, the next endpoint is tried; `status`: a 429/502/503/504 answer before the client got anything) |
 //! | `citestream_search_duration_seconds` | histogram | |
 //! | `citestream_upstream_latency_seconds` | histogram | `endpoint`: request sent → upstream response headers |
 //! | `citestream_event_added_latency_seconds` | histogram | time the host spends on one upstream piece of a rewritten stream before its output is ready |
@@ -156,6 +157,28 @@ impl UpstreamError {
     }
 }
 
+/// The `reason` label of a request sent upstream again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UpstreamRetry {
+    /// A reused pooled connection failed before any response byte.
+    StaleConnection,
+    /// Connecting failed (the next endpoint is tried).
+    Connect,
+    /// A 429/502/503/504 answer before the client got anything.
+    Status,
+}
+
+impl UpstreamRetry {
+    const ALL: [UpstreamRetry; 3] = [Self::StaleConnection, Self::Connect, Self::Status];
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::StaleConnection => "stale_connection",
+            Self::Connect => "connect",
+            Self::Status => "status",
+        }
+    }
+}
+
 /// A histogram with fixed bucket bounds (seconds).
 #[derive(Debug)]
 struct Histogram {
@@ -225,6 +248,7 @@ pub struct Metrics {
     quota_exhausted: AtomicU64,
     quota_errors: AtomicU64,
     upstream_errors: [AtomicU64; 3],
+    upstream_retries: [AtomicU64; 3],
     search_duration: Histogram,
     upstream_latency: [Histogram; N_ENDPOINT],
     event_latency: Histogram,
@@ -250,6 +274,7 @@ impl Metrics {
             quota_exhausted: AtomicU64::new(0),
             quota_errors: AtomicU64::new(0),
             upstream_errors: Default::default(),
+            upstream_retries: Default::default(),
             search_duration: Histogram::new(SLOW_BUCKETS),
             upstream_latency: std::array::from_fn(|_| Histogram::new(SLOW_BUCKETS)),
             event_latency: Histogram::new(EVENT_BUCKETS),
@@ -301,6 +326,15 @@ impl Metrics {
             .position(|x| *x == kind)
             .unwrap_or(0);
         self.upstream_errors[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request sent upstream again.
+    pub fn upstream_retry(&self, reason: UpstreamRetry) {
+        let i = UpstreamRetry::ALL
+            .iter()
+            .position(|x| *x == reason)
+            .unwrap_or(0);
+        self.upstream_retries[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the time from sending a request upstream to its response
@@ -414,6 +448,20 @@ impl Metrics {
             let _ = writeln!(
                 o,
                 "citestream_upstream_errors_total{{kind=\"{}\"}} {}",
+                k.as_str(),
+                load(n)
+            );
+        }
+        head(
+            &mut o,
+            "citestream_upstream_retries_total",
+            "counter",
+            "Requests sent upstream again, by reason.",
+        );
+        for (k, n) in UpstreamRetry::ALL.iter().zip(&self.upstream_retries) {
+            let _ = writeln!(
+                o,
+                "citestream_upstream_retries_total{{reason=\"{}\"}} {}",
                 k.as_str(),
                 load(n)
             );

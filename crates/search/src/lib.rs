@@ -52,6 +52,7 @@
 
 mod adapt;
 mod config;
+mod http;
 mod local;
 mod provider;
 pub mod query;

@@ -71,11 +71,24 @@ impl Search {
     /// `tavily` and `exa`, when `api_key` is empty; for every remote
     /// provider, when the URL is not an `http`/`https` URL.
     pub fn new(config: &SearchConfig) -> Result<Search, SetupError> {
+        Search::with_tls(config, None)
+    }
+
+    /// [`Search::new`], the remote providers trusting what `tls` trusts
+    /// (the host's `[tls]`) instead of the bundled roots only.
+    ///
+    /// # Errors
+    ///
+    /// As [`Search::new`].
+    pub fn with_tls(
+        config: &SearchConfig,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<Search, SetupError> {
         let provider: Box<dyn Provider> = match config.provider {
             ProviderKind::Local if config.local.path.is_empty() => Box::new(LocalIndex::bundled()),
             ProviderKind::Local => Box::new(LocalIndex::from_dir(Path::new(&config.local.path))?),
             ProviderKind::Static => Box::new(StaticFile::load(Path::new(&config.r#static.path))?),
-            kind => Box::new(Remote::new(kind, config)?),
+            kind => Box::new(Remote::new(kind, config, tls)?),
         };
         Search::with_provider(provider, config)
     }
