@@ -17,7 +17,7 @@
 
 use std::fmt;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::json::push_json_str;
 
@@ -25,24 +25,32 @@ use crate::json::push_json_str;
 ///
 /// Deserializes from a JSON object; unknown members are ignored, and `year`
 /// and `reference` also accept a JSON number (kept as its decimal text).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+/// Serializes to the same object, absent fields left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Source {
     /// Title of the page or document.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// URL of the page or document.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// The snippet or passage the model read.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     /// Nearest heading of the passage.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub heading: Option<String>,
     /// Author of the document.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub author: Option<String>,
     /// Year of publication.
     #[serde(deserialize_with = "string_or_number")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub year: Option<String>,
     /// A reference inside the document, e.g. a paragraph number.
     #[serde(deserialize_with = "string_or_number")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
 }
 

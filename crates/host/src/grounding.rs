@@ -34,6 +34,7 @@ use citestream::request::{Endpoint, InjectOptions};
 use citestream_search::{Search, SearchErrorKind};
 
 use crate::auth::{Account, Accounts};
+use crate::cache::{CacheResult, SearchCache};
 use crate::config::{Config, ConfigError};
 use crate::errors::{ErrorReply, ErrorShape};
 use crate::metrics::{EndpointLabel, Metrics, SearchLabel, SearchResult, outcome_str};
@@ -46,6 +47,7 @@ pub struct Grounding {
     accounts: Accounts,
     store: Store,
     search: Search,
+    cache: SearchCache,
     inject: InjectOptions,
     rewrite: RewriteOptions,
     metrics: Arc<Metrics>,
@@ -69,6 +71,8 @@ pub struct Grounded {
     pub account: String,
     /// The request asked for a streamed response.
     pub stream: bool,
+    /// Whether the search came from the search cache (the log's `cache`).
+    pub cache: CacheResult,
 }
 
 impl Grounded {
@@ -108,10 +112,12 @@ impl Grounding {
         let store = Store::from_config(cfg, clock.clone())?;
         // The setup error's message names the key itself.
         let search = Search::new(&cfg.search).map_err(|e| ConfigError::new("", e.to_string()))?;
+        let cache = SearchCache::from_config(cfg, &store)?;
         Ok(Grounding {
             accounts,
             store,
             search,
+            cache,
             inject: cfg.inject_options(),
             rewrite: cfg.rewrite_options(),
             metrics: Arc::new(Metrics::new()),
@@ -196,11 +202,17 @@ impl Grounding {
         };
         let asked = flow.inspection().web_search();
         let stream = flow.inspection().stream();
+        let mut cache = CacheResult::Off;
         let prepared = match flow.query().cloned() {
             None => flow.finish(Vec::new(), &self.inject).await,
             Some(q) => {
                 let t0 = Instant::now();
-                match self.search.search(&q).await {
+                let searched = self.cache.search(&self.search, &q).await;
+                cache = searched.cache;
+                if cache != CacheResult::Off {
+                    self.metrics.search_cache(cache == CacheResult::Hit);
+                }
+                match searched.result {
                     Ok(found) => {
                         let r = if found.is_empty() {
                             SearchResult::NothingFound
@@ -244,6 +256,7 @@ impl Grounding {
             remaining,
             account: account.id().to_owned(),
             stream,
+            cache,
         })
     }
 

@@ -40,7 +40,7 @@ impl Clock for SharedClock {
 pub enum Store {
     /// In-process.
     Memory(MemoryStore),
-    /// Redis, shared by replicas.
+    /// Redis (one server or a Cluster), shared by replicas.
     Redis(RedisStore),
 }
 
@@ -49,10 +49,19 @@ impl Store {
     ///
     /// # Errors
     /// A [`ConfigError`] naming `quota.redis_url` when it is not a Redis
-    /// URL.
+    /// URL, or `quota.redis_cluster` when a seed node is not one.
     pub fn from_config(cfg: &Config, clock: SharedClock) -> Result<Store, ConfigError> {
         Ok(match cfg.quota.store {
             StoreName::Memory => Store::Memory(MemoryStore::with_clock(clock)),
+            StoreName::Redis if !cfg.quota.redis_cluster.is_empty() => Store::Redis(
+                RedisStore::cluster(&cfg.quota.redis_cluster, RedisConfig::default(), clock)
+                    .map_err(|e| {
+                        ConfigError::new(
+                            "quota.redis_cluster",
+                            format!("invalid seed nodes {:?}: {e}", cfg.quota.redis_cluster),
+                        )
+                    })?,
+            ),
             StoreName::Redis => {
                 let client = redis_client(&cfg.quota.redis_url)?;
                 Store::Redis(RedisStore::with_config(
@@ -69,6 +78,7 @@ impl Store {
     pub fn name(&self) -> &'static str {
         match self {
             Store::Memory(_) => "memory",
+            Store::Redis(r) if r.is_cluster() => "redis-cluster",
             Store::Redis(_) => "redis",
         }
     }
