@@ -176,7 +176,7 @@ impl RedisConfig {
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    target: Target,
+    target: Arc<Target>,
     config: Arc<RedisConfig>,
     clock: Arc<dyn Clock>,
     conn: Arc<Mutex<Option<Conn>>>,
@@ -230,7 +230,7 @@ impl ConnectionLike for Conn {
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("RedisStore");
-        match &self.target {
+        match &*self.target {
             Target::Single(c) => d.field("server", &c.get_connection_info().addr),
             Target::Cluster(_) => d.field("server", &"cluster"),
         };
@@ -293,7 +293,7 @@ impl RedisStore {
 
     fn on(target: Target, config: RedisConfig, clock: impl Clock + 'static) -> Self {
         RedisStore {
-            target,
+            target: Arc::new(target),
             config: Arc::new(config),
             clock: Arc::new(clock),
             conn: Arc::new(Mutex::new(None)),
@@ -305,7 +305,7 @@ impl RedisStore {
     /// Whether the store is on a Redis Cluster.
     #[must_use]
     pub fn is_cluster(&self) -> bool {
-        matches!(self.target, Target::Cluster(_))
+        matches!(*self.target, Target::Cluster(_))
     }
 
     /// The key of `account` on UTC day `day`.
@@ -325,7 +325,7 @@ impl RedisStore {
         if let Some(c) = cached {
             return Ok(c);
         }
-        let c = match &self.target {
+        let c = match &*self.target {
             Target::Single(client) => {
                 let cfg = ConnectionManagerConfig::new()
                     .set_connection_timeout(self.config.connection_timeout)
