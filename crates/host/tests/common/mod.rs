@@ -119,8 +119,11 @@ impl RedisCluster {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let mut nodes = Vec::new();
-        for _ in 0..6 {
+        while nodes.len() < 6 {
             let port = free_port();
+            if port > 55_535 {
+                continue; // the cluster bus listens on port + 10000
+            }
             let conf = dir.join(format!("nodes-{port}.conf"));
             let child = spawn_redis(
                 port,
@@ -131,6 +134,9 @@ impl RedisCluster {
                     conf.to_str().unwrap(),
                     "--cluster-node-timeout",
                     "1000",
+                    // A replica takes over however long its master was quiet.
+                    "--cluster-replica-validity-factor",
+                    "0",
                     "--dir",
                     dir.to_str().unwrap(),
                 ],
