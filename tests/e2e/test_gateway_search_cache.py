@@ -47,6 +47,13 @@ def config(replay, backend, quota, ttl="60s", per_day=1000):
     }
 
 
+def quota_of(request, store) -> dict:
+    """`[quota]` of the memory store, or of a fresh redis-server."""
+    if store == "memory":
+        return {"store": "memory"}
+    return {"store": "redis", "redis_url": request.getfixturevalue("redis_server").url}
+
+
 def ask(gw, question, model=f"replay:{FIXTURE}"):
     body = json.dumps({"model": model, "web_search": True, "stream": True,
                        "messages": [{"role": "user", "content": question}]}).encode()
@@ -98,9 +105,7 @@ def test_an_entry_expires_after_the_ttl(serve, replay, backend):
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
 def test_failures_and_empty_answers_are_not_cached(serve, replay, backend, request, store):
-    quota = {"store": "memory"}
-    if store == "redis":
-        quota = {"store": "redis", "redis_url": request.getfixturevalue("redis_server").url}
+    quota = quota_of(request, store)
     gw = serve(config(replay, backend, quota))
     backend.status = 500
     for _ in range(2):
@@ -119,9 +124,7 @@ def test_failures_and_empty_answers_are_not_cached(serve, replay, backend, reque
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
 def test_fifty_concurrent_identical_questions_search_once(serve, replay, backend, request, store):
-    quota = {"store": "memory"}
-    if store == "redis":
-        quota = {"store": "redis", "redis_url": request.getfixturevalue("redis_server").url}
+    quota = quota_of(request, store)
     gw = serve(config(replay, backend, quota))
     backend.delay = 0.5  # every question arrives while the first search runs
     with ThreadPoolExecutor(50) as pool:

@@ -21,7 +21,9 @@ async fn main() {
     let store = if args.first().map(String::as_str) == Some("--cluster") {
         RedisStore::cluster(&args[1..], RedisConfig::default(), SystemClock).expect("seed nodes")
     } else {
-        let url = args.first().expect("usage: quota_rtt URL | --cluster SEED...");
+        let url = args
+            .first()
+            .expect("usage: quota_rtt URL | --cluster SEED...");
         RedisStore::with_config(
             redis::Client::open(url.as_str()).expect("URL"),
             RedisConfig::default(),
@@ -43,7 +45,11 @@ async fn main() {
                     let mut times = Vec::with_capacity(per);
                     for _ in 0..per {
                         let t0 = Instant::now();
-                        let t = store.try_reserve(&account, u32::MAX).await.unwrap().unwrap();
+                        let t = store
+                            .try_reserve(&account, u32::MAX)
+                            .await
+                            .unwrap()
+                            .unwrap();
                         assert!(store.commit(&t).await.unwrap());
                         times.push(t0.elapsed());
                     }
@@ -58,7 +64,11 @@ async fn main() {
         all.sort();
         println!(
             "{} concurrency={concurrency} n={} p50={:.3}ms p99={:.3}ms",
-            if store.is_cluster() { "cluster" } else { "single" },
+            if store.is_cluster() {
+                "cluster"
+            } else {
+                "single"
+            },
             all.len(),
             pct(&all, 0.5),
             pct(&all, 0.99)
