@@ -4,6 +4,10 @@ builds itself (harness/cluster.py).
 
 * Two `serve` replicas on the cluster under 50 concurrent requests let
   exactly the limit through.
+* Two replicas on the cluster share the search cache: the second
+  replica's identical question makes no provider call.
+* Start-up with Redis (one server or every seed node) unreachable logs a
+  warning and serves: requests are answered without search.
 * A master killed under load (the one serving the account's key): every
   request is still answered 200 (`quota-unavailable` while the cluster
   elects a new master, at most), the gateways recover by themselves, and
@@ -23,6 +27,8 @@ import pytest
 
 from harness.checks import SOURCES, client_body, raw_post
 from harness.cluster import RedisCluster
+from harness.procs import free_port
+from harness.search import SearchBackend
 
 FIXTURE = "openai_gpt4o_text_usage_chunk"
 CHAT = "/v1/chat/completions"
@@ -127,3 +133,38 @@ def test_a_master_killed_under_load_fails_no_request(serve, replay, tmp_json, cl
     # this load (6 clients, ~100 requests/s) well under half a second of them.
     window = [t for t, _, o in log if o == "injected" and killed_at - 0.5 <= t <= killed_at + 0.5]
     assert 0 <= lost <= max(len(window), 1), (injected, committed, len(window))
+
+
+def test_two_replicas_on_a_cluster_share_the_search_cache(serve, replay, cluster):
+    backend = SearchBackend([{"link": "https://en.wikipedia.org/wiki/Lisbon", "title": "Lisbon",
+                              "snippet": "Lisbon is the capital of Portugal."}]).start()
+    try:
+        cfg = {"upstream": {"base_url": replay.url},
+               "search": {"provider": "http", "http": {"url": backend.url + "/search"}, "cache_ttl": "60s"},
+               "quota": {"store": "redis", "redis_cluster": cluster.seeds}}
+        a, b = serve(cfg), serve(cfg)
+        for gw in (a, b, a, b):
+            status, headers, _ = grounded(gw)
+            assert status == 200 and headers["x-citestream-search"] == "injected", headers
+        assert len(backend.queries()) == 1
+        keys = [k for k in cluster.client().keys("citestream:search:*")]
+        assert len(keys) == 1 and 0 < cluster.client().pttl(keys[0]) <= 60_000
+    finally:
+        backend.stop()
+
+
+@pytest.mark.parametrize("kind", ["redis_url", "redis_cluster"])
+def test_start_up_with_redis_unreachable_warns_and_serves(serve, replay, tmp_json, kind):
+    closed = [f"redis://127.0.0.1:{free_port()}" for _ in range(3)]
+    quota = {"store": "redis", "redis_url": closed[0]} if kind == "redis_url" else \
+        {"store": "redis", "redis_cluster": closed}
+    cfg = {"upstream": {"base_url": replay.url},
+           "search": {"provider": "static", "static": {"path": str(tmp_json(SOURCES, "sources.json"))}},
+           "quota": quota}
+    gw = serve(cfg)
+    status, headers, _ = grounded(gw)
+    assert status == 200 and headers["x-citestream-search"] == "quota-unavailable"
+    deadline = time.monotonic() + 10
+    while not any("cannot be reached at start-up" in line.get("message", "") for line in gw.log_lines()):
+        assert time.monotonic() < deadline, gw.output()
+        time.sleep(0.05)

@@ -429,6 +429,17 @@ impl RedisStore {
         Ok(u)
     }
 
+    /// Asks the server (every node of a Cluster) for a `PONG`.
+    ///
+    /// # Errors
+    /// A [`QuotaError`] when it cannot be reached.
+    pub async fn ping(&self) -> Result<(), QuotaError> {
+        self.query::<String>(&redis::cmd("PING"))
+            .await
+            .map(drop)
+            .map_err(map_err)
+    }
+
     /// Runs one command (with the retry of [`RedisStore::run`]).
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
         self.run(|mut c| async move { cmd.query_async(&mut c).await })

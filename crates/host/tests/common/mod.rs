@@ -59,7 +59,11 @@ pub struct RedisServer {
 impl RedisServer {
     /// A fresh server on a free port.
     pub fn start() -> RedisServer {
-        let port = free_port();
+        RedisServer::start_on(free_port())
+    }
+
+    /// A fresh server on `port` (e.g. a restart of one that was dropped).
+    pub fn start_on(port: u16) -> RedisServer {
         RedisServer {
             child: spawn_redis(port, &[]),
             port,
