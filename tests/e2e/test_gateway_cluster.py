@@ -5,7 +5,8 @@ builds itself (harness/cluster.py).
 * Two `serve` replicas on the cluster under 50 concurrent requests let
   exactly the limit through.
 * Two replicas on the cluster share the search cache: the second
-  replica's identical question makes no provider call.
+  replica's identical question makes no provider call; two `serve`
+  replicas and an `ext-proc` behind Envoy share the quota and the cache.
 * Start-up with Redis (one server or every seed node) unreachable logs a
   warning and serves: requests are answered without search.
 * A master killed under load (the one serving the account's key): every
@@ -27,6 +28,7 @@ import pytest
 
 from harness.checks import SOURCES, client_body, raw_post
 from harness.cluster import RedisCluster
+from harness.envoy import Envoy, ExtProc
 from harness.procs import free_port
 from harness.search import SearchBackend
 
@@ -168,3 +170,31 @@ def test_start_up_with_redis_unreachable_warns_and_serves(serve, replay, tmp_jso
     while not any("cannot be reached at start-up" in line.get("message", "") for line in gw.log_lines()):
         assert time.monotonic() < deadline, gw.output()
         time.sleep(0.05)
+
+
+def test_two_serve_replicas_and_an_ext_proc_share_quota_and_cache(serve, replay, cluster):
+    backend = SearchBackend([{"link": "https://en.wikipedia.org/wiki/Lisbon", "title": "Lisbon",
+                              "snippet": "Lisbon is the capital of Portugal."}]).start()
+    started = []
+    try:
+        shared = {"search": {"provider": "http", "http": {"url": backend.url + "/search"}, "cache_ttl": "60s"},
+                  "plans": {"default": {"searches_per_day": 5}},
+                  "quota": {"store": "redis", "redis_cluster": cluster.seeds}}
+        a, b = serve({**shared, "upstream": {"base_url": replay.url}}), serve({**shared, "upstream": {"base_url": replay.url}})
+        proc = ExtProc.start(shared)
+        started.append(proc)
+        envoy = Envoy.start(processor=proc.port, upstream=replay.port)
+        started.append(envoy)
+        remaining = []
+        for gw in (a, b, envoy, a, envoy):
+            status, headers, _ = grounded(gw)
+            assert status == 200 and headers["x-citestream-search"] == "injected", headers
+            remaining.append(int(headers["x-citestream-searches-remaining"]))
+        assert remaining == [4, 3, 2, 1, 0]  # one count across the three processes
+        assert len(backend.queries()) == 1  # one cache across them
+        for gw in (b, envoy):
+            assert grounded(gw)[1]["x-citestream-search"] == "quota-exhausted"
+    finally:
+        for p in reversed(started):
+            p.stop()
+        backend.stop()
