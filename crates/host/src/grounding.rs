@@ -67,12 +67,12 @@ pub struct Grounded {
     /// The account's searches left today, when a search was asked for and
     /// the quota store could be asked.
     pub remaining: Option<u32>,
+    /// Whether the search came from the search cache (the log's `cache`).
+    pub cache: CacheResult,
     /// The account id (for logs).
     pub account: String,
     /// The request asked for a streamed response.
     pub stream: bool,
-    /// Whether the search came from the search cache (the log's `cache`).
-    pub cache: CacheResult,
 }
 
 impl Grounded {
@@ -110,9 +110,9 @@ impl Grounding {
         let clock = SharedClock(clock);
         let accounts = Accounts::from_config(cfg)?;
         let store = Store::from_config(cfg, clock.clone())?;
+        let cache = SearchCache::from_config(cfg, &store)?;
         // The setup error's message names the key itself.
         let search = Search::new(&cfg.search).map_err(|e| ConfigError::new("", e.to_string()))?;
-        let cache = SearchCache::from_config(cfg, &store)?;
         Ok(Grounding {
             accounts,
             store,
@@ -200,9 +200,9 @@ impl Grounding {
                 return Err(ErrorReply::from(&e));
             }
         };
+        let mut cache = CacheResult::Off;
         let asked = flow.inspection().web_search();
         let stream = flow.inspection().stream();
-        let mut cache = CacheResult::Off;
         let prepared = match flow.query().cloned() {
             None => flow.finish(Vec::new(), &self.inject).await,
             Some(q) => {
@@ -254,9 +254,9 @@ impl Grounding {
             plan: prepared.plan,
             outcome: prepared.outcome,
             remaining,
+            cache,
             account: account.id().to_owned(),
             stream,
-            cache,
         })
     }
 
