@@ -53,6 +53,17 @@ pub enum CacheResult {
 }
 
 impl CacheResult {
+    /// `Some(true)` for a hit, `Some(false)` for a miss, `None` when the
+    /// cache is off.
+    #[must_use]
+    pub fn is_hit(self) -> Option<bool> {
+        match self {
+            CacheResult::Off => None,
+            CacheResult::Hit => Some(true),
+            CacheResult::Miss => Some(false),
+        }
+    }
+
     /// `hit` or `miss` (the `/metrics` label and the log value); `None`
     /// when the cache is off.
     #[must_use]

@@ -34,7 +34,6 @@ use citestream::request::{Endpoint, InjectOptions};
 use citestream_search::{Search, SearchErrorKind};
 
 use crate::auth::{Account, Accounts};
-use crate::cache::{CacheResult, SearchCache};
 use crate::config::{Config, ConfigError};
 use crate::errors::{ErrorReply, ErrorShape};
 use crate::metrics::{EndpointLabel, Metrics, SearchLabel, SearchResult, outcome_str};
@@ -47,7 +46,7 @@ pub struct Grounding {
     accounts: Accounts,
     store: Store,
     search: Search,
-    cache: SearchCache,
+    cache: crate::cache::SearchCache,
     inject: InjectOptions,
     rewrite: RewriteOptions,
     metrics: Arc<Metrics>,
@@ -68,7 +67,7 @@ pub struct Grounded {
     /// the quota store could be asked.
     pub remaining: Option<u32>,
     /// Whether the search came from the search cache (the log's `cache`).
-    pub cache: CacheResult,
+    pub cache: crate::cache::CacheResult,
     /// The account id (for logs).
     pub account: String,
     /// The request asked for a streamed response.
@@ -110,7 +109,7 @@ impl Grounding {
         let clock = SharedClock(clock);
         let accounts = Accounts::from_config(cfg)?;
         let store = Store::from_config(cfg, clock.clone())?;
-        let cache = SearchCache::from_config(cfg, &store)?;
+        let cache = crate::cache::SearchCache::from_config(cfg, &store)?;
         // The setup error's message names the key itself.
         let search = Search::new(&cfg.search).map_err(|e| ConfigError::new("", e.to_string()))?;
         Ok(Grounding {
@@ -200,7 +199,7 @@ impl Grounding {
                 return Err(ErrorReply::from(&e));
             }
         };
-        let mut cache = CacheResult::Off;
+        let mut cache = crate::cache::CacheResult::Off;
         let asked = flow.inspection().web_search();
         let stream = flow.inspection().stream();
         let prepared = match flow.query().cloned() {
@@ -209,8 +208,8 @@ impl Grounding {
                 let t0 = Instant::now();
                 let searched = self.cache.search(&self.search, &q).await;
                 cache = searched.cache;
-                if cache != CacheResult::Off {
-                    self.metrics.search_cache(cache == CacheResult::Hit);
+                if let Some(hit) = cache.is_hit() {
+                    self.metrics.search_cache(hit);
                 }
                 match searched.result {
                     Ok(found) => {
