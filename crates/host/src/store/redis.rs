@@ -330,7 +330,8 @@ impl RedisStore {
                 let cfg = ConnectionManagerConfig::new()
                     .set_connection_timeout(self.config.connection_timeout)
                     .set_response_timeout(self.config.response_timeout)
-                    .set_number_of_retries(self.config.retries)
+                    // `run`'s retry on a fresh connection is the first.
+                    .set_number_of_retries(self.config.retries.saturating_sub(1))
                     .set_factor(10)
                     .set_max_delay(200);
                 Conn::Single(ConnectionManager::new_with_config(client.clone(), cfg).await?)
