@@ -29,12 +29,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use citestream::request::SearchQuery;
 use citestream::sources::Source;
-use citestream_search::{Search, SearchError, SearchErrorKind};
+use citestream_search::{SearchError, SearchErrorKind};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
@@ -170,17 +171,22 @@ impl SearchCache {
         })
     }
 
-    /// Searches `query` with `search`, through the cache. Dropping the
-    /// future cancels the search (a waiting identical search then runs
-    /// it).
-    pub async fn search(&self, search: &Search, query: &SearchQuery) -> Searched {
+    /// Searches through the cache: `text` (what `provider` is asked for,
+    /// [`query_text`]) is looked up, and on a miss `run` asks the provider.
+    /// Dropping the future cancels the search (a waiting identical search
+    /// then runs it).
+    pub async fn search<F, Fut>(&self, provider: &str, text: &str, run: F) -> Searched
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<Source>, SearchError>>,
+    {
         if matches!(self.backend, Backend::Off) {
             return Searched {
-                result: search.search(query).await,
+                result: run().await,
                 cache: CacheResult::Off,
             };
         }
-        let key = cache_key(search.provider_name(), query_text(query));
+        let key = cache_key(provider, text);
         loop {
             if let Some(found) = self.get(&key).await {
                 return hit(found);
@@ -198,7 +204,7 @@ impl SearchCache {
             };
             let mut waiting = match waiting {
                 Ok(rx) => rx,
-                Err(tx) => return self.lead(search, query, &key, tx).await,
+                Err(tx) => return self.lead(&key, tx, run).await,
             };
             // `Err`: the running search was cancelled; go round again (and
             // maybe run it here).
@@ -224,13 +230,11 @@ impl SearchCache {
     }
 
     /// Runs the search for everyone waiting on `key`, and stores results.
-    async fn lead(
-        &self,
-        search: &Search,
-        query: &SearchQuery,
-        key: &str,
-        tx: watch::Sender<Option<Shared>>,
-    ) -> Searched {
+    async fn lead<F, Fut>(&self, key: &str, tx: watch::Sender<Option<Shared>>, run: F) -> Searched
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<Source>, SearchError>>,
+    {
         // Removes the flight however this ends (a cancelled search too).
         struct Landing<'a>(&'a SearchCache, &'a str);
         impl Drop for Landing<'_> {
@@ -239,7 +243,7 @@ impl SearchCache {
             }
         }
         let _landing = Landing(self, key);
-        let result = search.search(query).await;
+        let result = run().await;
         let shared = match &result {
             Ok(found) => Ok(Arc::new(found.clone())),
             Err(e) => Err((e.kind(), e.message().to_owned())),

@@ -206,7 +206,10 @@ impl Grounding {
             None => flow.finish(Vec::new(), &self.inject).await,
             Some(q) => {
                 let t0 = Instant::now();
-                let searched = self.cache.search(&self.search, &q).await;
+                let text = crate::cache::query_text(&q);
+                let searched = (self.cache)
+                    .search(self.search.provider_name(), text, || self.search.search(&q))
+                    .await;
                 cache = searched.cache;
                 if let Some(hit) = cache.is_hit() {
                     self.metrics.search_cache(hit);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use citestream::quota::ManualClock;
 use citestream::request::SearchQuery;
-use citestream_host::cache::{CacheResult, SearchCache};
+use citestream_host::cache::{CacheResult, SearchCache, Searched};
 use citestream_host::config::Config;
 use citestream_host::store::{SharedClock, Store};
 use citestream_search::Search;
@@ -65,11 +65,16 @@ fn setup(url: &str, quota: &str) -> (Arc<Search>, Arc<SearchCache>, Store) {
     (search, cache, store)
 }
 
-fn query(text: &str) -> SearchQuery {
-    SearchQuery {
+/// What the request side does: the cache around the provider call.
+async fn ask(search: &Search, cache: &SearchCache, text: &str) -> Searched {
+    let q = SearchQuery {
         text: text.into(),
         context: vec![],
-    }
+    };
+    let text = citestream_host::cache::query_text(&q);
+    cache
+        .search(search.provider_name(), text, || search.search(&q))
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +82,7 @@ async fn a_cancelled_first_search_hands_over_to_a_waiting_one() {
     let (url, count) = backend(Duration::from_millis(400)).await;
     let (search, cache, _store) = setup(&url, "");
     let spawn = |search: Arc<Search>, cache: Arc<SearchCache>| {
-        tokio::spawn(async move { cache.search(&search, &query("capital of Portugal")).await })
+        tokio::spawn(async move { ask(&search, &cache, "capital of Portugal").await })
     };
     let first = spawn(search.clone(), cache.clone());
     while count.load(Ordering::SeqCst) == 0 {
@@ -92,7 +97,7 @@ async fn a_cancelled_first_search_hands_over_to_a_waiting_one() {
     assert_eq!(got.cache, CacheResult::Miss); // it ran the search itself
     assert_eq!(count.load(Ordering::SeqCst), 2);
     // Stored: the next one is a hit.
-    let third = cache.search(&search, &query("CAPITAL  of portugal")).await;
+    let third = ask(&search, &cache, "CAPITAL  of portugal").await;
     assert_eq!(third.cache, CacheResult::Hit);
     assert_eq!(count.load(Ordering::SeqCst), 2);
     assert_eq!(cache.entries(), 1);
@@ -107,7 +112,7 @@ async fn a_cache_in_an_unreachable_redis_is_a_miss_never_a_failure() {
         &format!("[quota]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:{closed}/\"\n"),
     );
     for n in 1..=2 {
-        let got = cache.search(&search, &query("capital of Portugal")).await;
+        let got = ask(&search, &cache, "capital of Portugal").await;
         assert_eq!(got.result.unwrap().len(), 1);
         assert_eq!(got.cache, CacheResult::Miss);
         assert_eq!(count.load(Ordering::SeqCst), n);
@@ -125,14 +130,8 @@ async fn the_redis_entry_expires_with_the_ttl() {
             server.url()
         ),
     );
-    assert_eq!(
-        cache.search(&search, &query("q")).await.cache,
-        CacheResult::Miss
-    );
-    assert_eq!(
-        cache.search(&search, &query(" Q ")).await.cache,
-        CacheResult::Hit
-    );
+    assert_eq!(ask(&search, &cache, "q").await.cache, CacheResult::Miss);
+    assert_eq!(ask(&search, &cache, " Q ").await.cache, CacheResult::Hit);
     assert_eq!(count.load(Ordering::SeqCst), 1);
     let key = citestream_host::cache::cache_key("http", "q");
     let ttl: i64 = server.query(redis::cmd("PTTL").arg(&key));
