@@ -5,10 +5,11 @@
 //! Contract:
 //! * Off when `search.cache_ttl` is 0 (the default): every search asks the
 //!   provider, [`CacheResult::Off`].
-//! * The key is the provider's name and the query text the provider is
-//!   given ([`query_text`]), case folded and whitespace runs folded to one
-//!   space ([`fold`]); stored under [`cache_key`] (the query as a SHA-256,
-//!   so a key is short whatever the query's length).
+//! * The key is the provider's name and the query the provider is given
+//!   (the formed query, `citestream_search::FormedQuery::text`), case
+//!   folded and whitespace runs folded to one space ([`fold`]); stored
+//!   under [`cache_key`] (the query as a SHA-256, so a key is short
+//!   whatever the query's length).
 //! * Where: with the memory quota store, in this process (an LRU of at most
 //!   `search.cache_entries` results lists, each dropped `cache_ttl` after
 //!   it was stored); with the Redis store, in the quota's Redis or Cluster
@@ -33,7 +34,6 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use citestream::request::SearchQuery;
 use citestream::sources::Source;
 use citestream_search::{SearchError, SearchErrorKind};
 use sha2::{Digest, Sha256};
@@ -111,12 +111,6 @@ enum Backend {
 /// `citestream:quota:` keys).
 const PREFIX: &str = "citestream:search:";
 
-/// The text the provider searches for: what the cache keys on.
-#[must_use]
-pub fn query_text(query: &SearchQuery) -> &str {
-    &query.text
-}
-
 /// `text` lowercased, whitespace runs made one space, trimmed.
 #[must_use]
 pub fn fold(text: &str) -> String {
@@ -171,8 +165,8 @@ impl SearchCache {
         })
     }
 
-    /// Searches through the cache: `text` (what `provider` is asked for,
-    /// [`query_text`]) is looked up, and on a miss `run` asks the provider.
+    /// Searches through the cache: `text` (the query `provider` is asked
+    /// for) is looked up, and on a miss `run` asks the provider.
     /// Dropping the future cancels the search (a waiting identical search
     /// then runs it).
     pub async fn search<F, Fut>(&self, provider: &str, text: &str, run: F) -> Searched

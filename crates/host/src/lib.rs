@@ -40,6 +40,7 @@ pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod errors;
+pub mod exchange;
 pub mod grounding;
 pub mod metrics;
 pub mod store;

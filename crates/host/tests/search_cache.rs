@@ -71,9 +71,11 @@ async fn ask(search: &Search, cache: &SearchCache, text: &str) -> Searched {
         text: text.into(),
         context: vec![],
     };
-    let text = citestream_host::cache::query_text(&q);
+    let formed = search.form(&q).await;
     cache
-        .search(search.provider_name(), text, || search.search(&q))
+        .search(search.provider_name(), formed.text(), || {
+            search.search_formed(&formed)
+        })
         .await
 }
 
