@@ -208,11 +208,18 @@ async fn redis_going_away_mid_flight_is_reported_not_refused() {
             }])
         })
         .await;
-    // The slot was reserved, so the sources are used; the failed commit is
-    // reported.
+    // The slot was reserved, so the sources are used; the commit (when the
+    // upstream answers 2xx) fails and is reported, never a refusal.
     assert_eq!(p.outcome, Outcome::Injected);
     assert!(p.plan.is_some());
-    assert_eq!(p.errors.len(), 1);
+    assert!(p.errors.is_empty(), "nothing asked of the store yet");
+    let e = p
+        .reservation
+        .expect("the reservation goes on to the response side")
+        .commit()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), QuotaErrorKind::Unavailable);
     // And a new request now gets no search, with the error reported.
     let flow = Flow::start(&store, "a", 10, Endpoint::ChatCompletions, body)
         .await
