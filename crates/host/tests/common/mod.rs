@@ -17,6 +17,14 @@ pub fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// Fails the test: `program` (Debian package `package`) could not be run.
+fn missing(program: &str, package: &str, e: &std::io::Error) -> ! {
+    panic!(
+        "cannot run `{program}` ({e}): these tests need it on PATH \
+         (Debian/Ubuntu: apt-get install -y {package}); they are not skipped"
+    )
+}
+
 /// Starts `redis-server` on 127.0.0.1:`port` with no persistence and the
 /// extra `args`, and waits until it listens.
 pub fn spawn_redis(port: u16, args: &[&str]) -> Child {
@@ -28,12 +36,7 @@ pub fn spawn_redis(port: u16, args: &[&str]) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot start `redis-server` ({e}): these tests need it on PATH \
-                 (Debian/Ubuntu: apt-get install -y redis-server); they are not skipped"
-            )
-        });
+        .unwrap_or_else(|e| missing("redis-server", "redis-server", &e));
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -160,12 +163,7 @@ impl RedisCluster {
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run `redis-cli` ({e}): these tests need it on PATH \
-                     (Debian/Ubuntu: apt-get install -y redis-tools); they are not skipped"
-                )
-            });
+            .unwrap_or_else(|e| missing("redis-cli", "redis-tools", &e));
         assert!(
             out.status.success(),
             "redis-cli --cluster create failed: {}{}",
