@@ -265,7 +265,8 @@ pub enum StoreName {
     /// In-process.
     #[default]
     Memory,
-    /// Redis at `quota.redis_url`.
+    /// Redis at `quota.redis_url`, or the Redis Cluster of
+    /// `quota.redis_cluster`.
     Redis,
 }
 
@@ -276,8 +277,10 @@ pub enum StoreName {
 pub struct QuotaConfig {
     /// `memory | redis`.
     pub store: StoreName,
-    /// `redis://host:port/db`, required with `store = "redis"`.
+    /// `redis://host:port/db`: one Redis (or Valkey) for `store = "redis"`.
     pub redis_url: String,
+    /// Or the seed nodes of a Redis Cluster, `["redis://h1:7000", ...]`.
+    pub redis_cluster: Vec<String>,
 }
 
 /// `auth.mode`.
@@ -524,11 +527,25 @@ impl Config {
                 "must be above 0",
             ));
         }
-        if self.quota.store == StoreName::Redis && self.quota.redis_url.is_empty() {
-            return Err(ConfigError::new(
-                "quota.redis_url",
-                "required when quota.store is \"redis\" (or set CITESTREAM_REDIS_URL)",
-            ));
+        if self.quota.store == StoreName::Redis {
+            match (
+                self.quota.redis_url.is_empty(),
+                self.quota.redis_cluster.is_empty(),
+            ) {
+                (true, true) => {
+                    return Err(ConfigError::new(
+                        "quota.redis_url",
+                        "required when quota.store is \"redis\" (or set CITESTREAM_REDIS_URL, or quota.redis_cluster)",
+                    ));
+                }
+                (false, false) => {
+                    return Err(ConfigError::new(
+                        "quota.redis_cluster",
+                        "set quota.redis_url (one Redis) or quota.redis_cluster (a Cluster), not both",
+                    ));
+                }
+                _ => {}
+            }
         }
         crate::auth::Accounts::from_config(self).map(drop)
     }

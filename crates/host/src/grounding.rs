@@ -52,6 +52,7 @@ pub struct Grounding {
     accounts: Accounts,
     store: Store,
     search: Search,
+    cache: crate::cache::SearchCache,
     inject: InjectOptions,
     rewrite: RewriteOptions,
     metrics: Arc<Metrics>,
@@ -143,6 +144,8 @@ pub struct Grounded {
     /// The account's searches left today, when a search was asked for and
     /// the quota store could be asked.
     pub remaining: Option<u32>,
+    /// Whether the search came from the search cache (the log's `cache`).
+    pub cache: crate::cache::CacheResult,
     /// The account id (for logs).
     pub account: String,
     /// The request asked for a streamed response.
@@ -193,6 +196,7 @@ impl Grounding {
         let clock = SharedClock(clock);
         let accounts = Accounts::from_config(cfg)?;
         let store = Store::from_config(cfg, clock.clone())?;
+        let cache = crate::cache::SearchCache::from_config(cfg, &store)?;
         // The setup error's message names the key itself.
         let tls = crate::tls::client_config(&cfg.tls)?;
         let search = Search::with_tls(&cfg.search, Some(&tls))
@@ -208,6 +212,7 @@ impl Grounding {
             accounts,
             store,
             search,
+            cache,
             inject: cfg.inject_options(),
             rewrite: cfg.rewrite_options(),
             metrics: Arc::new(Metrics::new()),
@@ -304,6 +309,7 @@ impl Grounding {
             Ok(f) => f,
             Err(e) => return Err(ErrorReply::from(&e)),
         };
+        let mut cache = crate::cache::CacheResult::Off;
         let asked = flow.inspection().web_search();
         let stream = flow.inspection().stream();
         let model = flow.inspection().model().map(str::to_owned);
@@ -315,9 +321,19 @@ impl Grounding {
                 let t0 = Instant::now();
                 query_chars = Some(q.text.chars().count());
                 tracing::debug!(query = %q.text, "search query");
-                let r = self.search.search(&q).await;
+                // The cache keys on the query the provider is given.
+                let formed = self.search.form(&q).await;
+                let searched = (self.cache)
+                    .search(self.search.provider_name(), formed.text(), || {
+                        self.search.search_formed(&formed)
+                    })
+                    .await;
                 search_time = Some(t0.elapsed());
-                match r {
+                cache = searched.cache;
+                if let Some(hit) = cache.is_hit() {
+                    self.metrics.search_cache(hit);
+                }
+                match searched.result {
                     Ok(found) => {
                         let r = if found.is_empty() {
                             SearchResult::NothingFound
@@ -360,6 +376,7 @@ impl Grounding {
             plan: prepared.plan,
             outcome: prepared.outcome,
             remaining,
+            cache,
             account: account.id().to_owned(),
             stream,
             model,

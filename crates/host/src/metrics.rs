@@ -253,6 +253,8 @@ pub struct Metrics {
     upstream_latency: [Histogram; N_ENDPOINT],
     event_latency: Histogram,
     open_streams: AtomicI64,
+    /// Search cache lookups: [hit, miss].
+    search_cache: [AtomicU64; 2],
 }
 
 impl Default for Metrics {
@@ -279,6 +281,7 @@ impl Metrics {
             upstream_latency: std::array::from_fn(|_| Histogram::new(SLOW_BUCKETS)),
             event_latency: Histogram::new(EVENT_BUCKETS),
             open_streams: AtomicI64::new(0),
+            search_cache: Default::default(),
         }
     }
 
@@ -312,6 +315,12 @@ impl Metrics {
     /// Counts a request that found the day's searches used up.
     pub fn quota_exhausted(&self) {
         self.quota_exhausted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a search answered from the search cache (`hit`) or by the
+    /// provider (`miss`), when the cache is on.
+    pub fn search_cache(&self, hit: bool) {
+        self.search_cache[usize::from(!hit)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a quota store error.
@@ -499,6 +508,19 @@ impl Metrics {
             "Responses being relayed now.",
         );
         let _ = writeln!(o, "citestream_open_streams {}", self.open_streams());
+        head(
+            &mut o,
+            "citestream_search_cache_total",
+            "counter",
+            "Searches with the search cache on: answered from it (hit) or by the provider (miss).",
+        );
+        for (r, n) in ["hit", "miss"].iter().zip(&self.search_cache) {
+            let _ = writeln!(
+                o,
+                "citestream_search_cache_total{{result=\"{r}\"}} {}",
+                load(n)
+            );
+        }
         o
     }
 }

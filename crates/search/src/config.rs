@@ -77,6 +77,15 @@ pub struct SearchConfig {
     pub tavily: EndpointConfig,
     /// `[search.exa]`.
     pub exa: EndpointConfig,
+    /// Above zero: each search's results are kept this long and reused for
+    /// the same provider and query (the hosts' search cache,
+    /// docs/search.md); default 0 s = off.
+    #[serde(with = "humantime_serde")]
+    pub cache_ttl: Duration,
+    /// At most this many results lists in the in-process cache (with the
+    /// memory quota store; the Redis cache expires by `cache_ttl` alone);
+    /// default 10000.
+    pub cache_entries: usize,
 }
 
 impl Default for SearchConfig {
@@ -102,6 +111,8 @@ impl Default for SearchConfig {
             brave: EndpointConfig::default(),
             tavily: EndpointConfig::default(),
             exa: EndpointConfig::default(),
+            cache_ttl: Duration::ZERO,
+            cache_entries: 10_000,
         }
     }
 }
