@@ -88,7 +88,7 @@ pub struct ServerConfig {
     pub max_request_body: ByteSize,
     /// How long a client may take to send a request's headers (slow
     /// clients are disconnected). Default 10 s (docs/reference/config.md,
-    /// "[server]").
+    /// "`[server]`").
     #[serde(with = "units::duration")]
     pub header_read_timeout: Duration,
 }

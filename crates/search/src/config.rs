@@ -1,7 +1,7 @@
 //! The `[search]` table of the config file (docs/reference/config.md).
 //!
 //! Every key is optional; a missing key takes its documented
-//! default ([`SearchConfig::default`], docs/reference/config.md, "[search]"). Unknown keys are an error (`deny_unknown_fields`),
+//! default ([`SearchConfig::default`], docs/reference/config.md, "`[search]`"). Unknown keys are an error (`deny_unknown_fields`),
 //! so a typo in a key is reported at start-up instead of being ignored.
 //!
 //! ```toml
