@@ -1,5 +1,5 @@
 //! The request side: the `web_search` switch, the search query, and putting
-//! the sources in front of the model (SPEC section 3).
+//! the sources in front of the model (docs/reference/request.md).
 //!
 //! Everything here is sans-IO: bytes of a request body in, bytes of the body
 //! to forward upstream out. Bodies are read with serde_json (a cold path) and

@@ -1,4 +1,4 @@
-"""Daily search quota through `citestream serve` (SPEC 4 and 12).
+"""Daily search quota through `citestream serve` (docs/reference/request.md, "Quota"; docs/gateway.md).
 
 * A plan of 3 searches/day: the 4th grounded request is a 200 without sources
   and `x-citestream-search: quota-exhausted`; the upstream got the request

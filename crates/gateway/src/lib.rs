@@ -1,4 +1,4 @@
-//! `citestream serve` (SPEC section 12): the whole web-search system as one
+//! `citestream serve` (docs/gateway.md): the whole web-search system as one
 //! process in front of any OpenAI-/Anthropic-compatible model server, and
 //! the built-in demo upstream model.
 //!

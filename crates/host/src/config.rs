@@ -1,5 +1,5 @@
-//! The config file of `citestream serve` and `citestream ext-proc` (SPEC
-//! section 12), shared by every host.
+//! The config file of `citestream serve` and `citestream ext-proc` (docs/reference/config.md),
+//! shared by every host.
 //!
 //! Contract:
 //! * The file is TOML; every key is optional ([`Config::default`] is the
@@ -92,8 +92,8 @@ pub struct ServerConfig {
     /// Largest request body; larger is a 413. Default 32 MiB.
     pub max_request_body: ByteSize,
     /// How long a client may take to send a request's headers (slow
-    /// clients are disconnected). Default 10 s. Not in SPEC 12's sample:
-    /// an addition of this implementation.
+    /// clients are disconnected). Default 10 s (docs/reference/config.md,
+    /// "`[server]`").
     #[serde(with = "units::duration")]
     pub header_read_timeout: Duration,
 }
@@ -569,7 +569,7 @@ impl Config {
     }
 
     /// How sources are put in front of the model: the default template,
-    /// prepended to the last user message (SPEC section 3).
+    /// prepended to the last user message (docs/reference/request.md).
     #[must_use]
     pub fn inject_options(&self) -> InjectOptions {
         InjectOptions {

@@ -16,7 +16,7 @@
 //!   upstream answers 2xx, release it otherwise; dropping it releases it.
 //! * A search failure, an empty result, a used-up quota or an unreachable
 //!   quota store never fail the request: it goes upstream without sources
-//!   (SPEC section 9).
+//!   (docs/reference/responses.md, "Errors and bad input").
 //! * Dropping the future returned by `prepare` (the client went away)
 //!   cancels the search and releases an unfinished reservation at once,
 //!   in the Redis store too (see [`crate::store`]).

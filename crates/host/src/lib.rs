@@ -1,7 +1,7 @@
 //! What every citestream host (`citestream serve`, `citestream ext-proc`,
 //! the Python package) shares, free of any HTTP server stack:
 //!
-//! * [`config`]: the config file of SPEC section 12 (TOML, `${VAR}`, the
+//! * [`config`]: the config file (docs/reference/config.md: TOML, `${VAR}`, the
 //!   `CITESTREAM_*` overrides, one-line start-up errors naming the key);
 //! * [`auth`]: accounts, plans and hashed API keys;
 //! * [`store`]: the configured quota store (memory, Redis or a Redis

@@ -1,7 +1,7 @@
-//! The `[search]` table of the config file (SPEC section 12).
+//! The `[search]` table of the config file (docs/reference/config.md).
 //!
-//! Every key is optional; a missing key takes the SPEC default
-//! ([`SearchConfig::default`]). Unknown keys are an error (`deny_unknown_fields`),
+//! Every key is optional; a missing key takes its documented
+//! default ([`SearchConfig::default`], docs/reference/config.md, "`[search]`"). Unknown keys are an error (`deny_unknown_fields`),
 //! so a typo in a key is reported at start-up instead of being ignored.
 //!
 //! ```toml
@@ -45,7 +45,7 @@ pub struct SearchConfig {
     pub provider: ProviderKind,
     /// At most this many sources per search (default 5).
     pub max_results: usize,
-    /// A search that takes longer fails (SPEC section 4); default 8 s.
+    /// A search that takes longer fails (docs/reference/request.md, "Quota"); default 8 s.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// Each source's `text` is cut to this many characters (default 1500).

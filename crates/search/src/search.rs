@@ -198,8 +198,8 @@ impl Search {
     /// # Errors
     ///
     /// A [`SearchError`] when the provider failed or the timeout passed; it
-    /// is already logged (`warn`). Treat it as "no sources" (SPEC
-    /// section 4): it must not fail the request.
+    /// is already logged (`warn`). Treat it as "no sources" (docs/reference/request.md, "Quota"):
+    /// it must not fail the request.
     pub async fn search_formed(&self, query: &FormedQuery) -> Result<Vec<Source>, SearchError> {
         let name = self.provider.name();
         let result =

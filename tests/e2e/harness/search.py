@@ -1,4 +1,4 @@
-"""Loopback search backend for the `http` search provider (SPEC section 12:
+"""Loopback search backend for the `http` search provider (docs/reference/config.md:
 `POST {url} {"query","count"} -> [{"link","title","snippet"}]`).
 
 Contract: `SearchBackend(results, delay=0).start()` answers every POST with
