@@ -87,6 +87,48 @@ impl Dialect {
     };
 }
 
+impl Dialect {
+    /// The names `rewrite.dialect` and `citestream rewrite --dialect`
+    /// take, with their dialects.
+    pub const NAMED: &'static [(&'static str, Dialect)] = &[
+        ("sources", Dialect::SOURCES),
+        ("citations", Dialect::CITATIONS),
+        ("both", Dialect::BOTH),
+    ];
+}
+
+/// Error returned when parsing a [`Dialect`] from a string that is not
+/// one of [`Dialect::NAMED`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParseDialectError {
+    _private: (),
+}
+
+impl fmt::Display for ParseDialectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unknown dialect (expected sources, citations or both)")
+    }
+}
+
+impl std::error::Error for ParseDialectError {}
+
+impl std::str::FromStr for Dialect {
+    type Err = ParseDialectError;
+
+    /// Parses `sources`, `citations` or `both` (exactly, lowercase).
+    ///
+    /// # Errors
+    ///
+    /// [`ParseDialectError`] for any other string.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Dialect::NAMED
+            .iter()
+            .find(|(n, _)| *n == s)
+            .map(|&(_, d)| d)
+            .ok_or(ParseDialectError { _private: () })
+    }
+}
+
 impl Default for Dialect {
     fn default() -> Self {
         Dialect::SOURCES

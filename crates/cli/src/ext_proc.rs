@@ -1,4 +1,4 @@
-//! `citestream ext-proc [--config FILE] [--listen ADDR]` (SPEC section 13):
+//! `citestream ext-proc [--config FILE] [--listen ADDR]`:
 //! the Envoy external processor of `citestream-ext-proc`.
 //!
 //! Loads the config as `citestream serve` does (`--listen` overrides
@@ -9,33 +9,21 @@
 //! streams finish. Exit status 2 for a usage or config error, 1 when the
 //! server fails.
 
-use std::path::Path;
-
 use citestream_ext_proc::Server;
-use citestream_host::config::Config;
 
-use crate::{Args, Failure};
+use crate::Failure;
+use crate::process::ServerArgs;
 
-const USAGE: &str = "usage: citestream ext-proc [--config FILE] [--listen ADDR]";
+/// The flags of `ext-proc`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ExtProcArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+}
 
-pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    let args = Args::parse(args, &["--config", "--listen"])?;
-    if let Some(extra) = args.positional.first() {
-        return Err(Failure::Usage(format!("unexpected argument '{extra}'")));
-    }
-    let mut cfg = Config::load(args.get("--config").map(Path::new))
-        .map_err(|e| Failure::Usage(format!("config: {e}")))?;
-    if let Some(addr) = args.get("--listen") {
-        cfg.set_listen(addr)
-            .map_err(|e| Failure::Usage(format!("{e}")))?;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+pub(crate) fn run(args: ExtProcArgs) -> Result<(), Failure> {
+    let cfg = args.server.load()?;
+    let rt = crate::process::runtime()?;
     rt.block_on(async {
         let server = Server::bind(&cfg)
             .await

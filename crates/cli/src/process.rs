@@ -5,6 +5,45 @@
 //! libraries (`citestream-gateway`, `citestream-ext-proc`) take a shutdown
 //! future and log through `tracing`; they install neither.
 
+use std::path::PathBuf;
+
+use citestream_host::config::Config;
+
+use crate::Failure;
+
+/// The flags `serve` and `ext-proc` share.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServerArgs {
+    /// The config file (TOML); without it, the embedded defaults.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The address to listen on, over `server.listen` and
+    /// `CITESTREAM_LISTEN` (e.g. 127.0.0.1:8080).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+}
+
+impl ServerArgs {
+    /// The config file (or the defaults) with `--listen` applied.
+    pub(crate) fn load(&self) -> Result<Config, Failure> {
+        let mut cfg =
+            Config::load(self.config.as_deref()).map_err(|e| Failure::Usage(e.to_string()))?;
+        if let Some(addr) = &self.listen {
+            cfg.set_listen(addr)
+                .map_err(|e| Failure::Usage(e.to_string()))?;
+        }
+        Ok(cfg)
+    }
+}
+
+/// A multi-threaded runtime for the servers.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Usage(format!("cannot start the runtime: {e}")))
+}
+
 /// Completes on SIGTERM or SIGINT (Ctrl-C).
 pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
@@ -42,11 +81,21 @@ pub(crate) fn init_logging() {
 
 /// Installs the writer of the one-shot `search` command: warnings (a
 /// provider that failed, say) as plain lines on standard error, so
-/// standard output carries only the result.
+/// standard output carries only the result. The search library's own
+/// "search failed" line is left out: the command prints that failure
+/// itself, once.
 pub(crate) fn init_warnings() {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::WARN)
-        .with_target(false)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::filter::Targets::new()
+        .with_default(tracing::Level::WARN)
+        .with_target("citestream_search::search", tracing::Level::ERROR);
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false),
+        )
+        .with(filter)
         .try_init();
 }

@@ -1,6 +1,6 @@
 //! `citestream search [--config FILE] QUERY`: prints the sources the
-//! configured search provider returns for QUERY, as the JSON array of SPEC
-//! section 2 (absent fields left out), after the adapter rules — what the
+//! configured search provider returns for QUERY, as a JSON array of
+//! source objects (absent fields left out), after the adapter rules — what the
 //! gateway would inject. With no `--config`, the `local` provider over the
 //! bundled corpus. The file is read as `citestream serve` reads it
 //! (`citestream_host::config::Config::load`: `${VAR}`, overrides, unknown
@@ -8,25 +8,35 @@
 //!
 //! Exit status: 0 with the array (possibly `[]`); 2 on a usage error or a
 //! configuration the search cannot start with; 1 when the search failed
-//! (error, timeout, non-2xx answer), with the reason on standard error.
+//! (error, timeout, non-2xx answer), with the reason on standard error,
+//! once.
 //! Warnings (e.g. unreadable files of a local folder) go to standard error.
 
 use std::io::{self, Write};
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use citestream_host::config::Config;
 use citestream_search::{Search, SearchQuery, Source};
 use serde_json::{Map, Value};
 
-use super::{Args, Failure};
+use super::Failure;
 
-pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
-    let args = Args::parse(args, &["--config"])?;
-    let Some(query) = args.positional.first() else {
-        return Err(Failure::Usage("search needs a QUERY".into()));
-    };
-    let config = Config::load(args.get("--config").map(Path::new))
+/// The flags of `search`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct SearchArgs {
+    /// The config file whose `[search]` table is used; without it, the
+    /// `local` provider over the bundled corpus.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// What to search for.
+    #[arg(value_name = "QUERY")]
+    query: String,
+}
+
+pub(crate) fn run(args: SearchArgs) -> Result<(), Failure> {
+    let query = args.query;
+    let config = Config::load(args.config.as_deref())
         .map_err(|e| Failure::Usage(e.to_string()))?
         .search;
     crate::process::init_warnings();
@@ -35,7 +45,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         .enable_all()
         .build()?;
     let query = SearchQuery {
-        text: query.clone(),
+        text: query,
         context: Vec::new(),
     };
     let sources = runtime.block_on(search.search(&query)).map_err(|e| {
@@ -51,7 +61,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A source as a SPEC section 2 object.
+/// A source as an object of the sources array (docs/reference/request.md).
 fn to_json(s: &Source) -> Value {
     let mut m = Map::new();
     for (key, value) in [

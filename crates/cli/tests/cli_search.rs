@@ -102,6 +102,7 @@ fn errors_and_exit_codes() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("search failed (transport)"), "{err}");
+    assert_eq!(err.lines().count(), 1, "the failure is printed once: {err}");
     assert!(out.stdout.is_empty());
     let _ = std::fs::remove_file(config);
 }
