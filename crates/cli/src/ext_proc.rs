@@ -23,19 +23,20 @@ pub(crate) struct ExtProcArgs {
 
 pub(crate) fn run(args: ExtProcArgs) -> Result<(), Failure> {
     let cfg = args.server.load()?;
-    let rt = crate::process::runtime()?;
-    rt.block_on(async {
+    let telemetry = crate::process::telemetry(&cfg)?;
+    let result = crate::process::runtime()?.block_on(async {
         let server = Server::bind(&cfg)
             .await
             .map_err(|e| Failure::Usage(e.to_string()))?;
         let addr = server
             .local_addr()
             .map_err(|e| Failure::Io(std::io::Error::other(e.to_string())))?;
-        crate::process::init_logging();
         eprintln!("citestream ext-proc listening on {addr}");
         server
             .run(crate::process::shutdown_signal())
             .await
             .map_err(|e| Failure::Io(std::io::Error::other(e.to_string())))
-    })
+    });
+    telemetry.shutdown();
+    result
 }

@@ -1,13 +1,15 @@
 //! Process-level concerns of the `citestream` binary, shared by its two
 //! long-running subcommands (`serve`, `ext-proc`): when to stop (SIGTERM
-//! or SIGINT) and where log lines go (JSON lines on standard output for
-//! the servers, plain warnings on standard error for `search`). The
+//! or SIGINT), their shared flags, and where log lines go (JSON lines on
+//! standard output for the servers, through `citestream_host::telemetry`;
+//! plain warnings on standard error for `search`). The
 //! libraries (`citestream-gateway`, `citestream-ext-proc`) take a shutdown
 //! future and log through `tracing`; they install neither.
 
 use std::path::PathBuf;
 
 use citestream_host::config::Config;
+use citestream_host::telemetry::Telemetry;
 
 use crate::Failure;
 
@@ -66,17 +68,10 @@ pub(crate) async fn shutdown_signal() {
     }
 }
 
-/// Installs the JSON-lines log writer on standard output (one line per
-/// request, plus start-up and drain lines), at level `info`.
-pub(crate) fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_span_list(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(std::io::stdout)
-        .try_init();
+/// Installs the servers' logs (JSON lines on standard output, at
+/// `log.level` or `RUST_LOG`) and traces (`log.otlp_endpoint`).
+pub(crate) fn telemetry(cfg: &Config) -> Result<Telemetry, Failure> {
+    Telemetry::init(&cfg.log, std::io::stdout).map_err(|e| Failure::Usage(e.to_string()))
 }
 
 /// Installs the writer of the one-shot `search` command: warnings (a

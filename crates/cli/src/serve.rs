@@ -14,7 +14,7 @@ use std::io::Write;
 use citestream_gateway::Gateway;
 
 use crate::Failure;
-use crate::process::{ServerArgs, init_logging, shutdown_signal};
+use crate::process::{ServerArgs, shutdown_signal};
 use citestream_host::config::{Config, ConfigError};
 
 /// The flags of `serve`.
@@ -27,9 +27,10 @@ pub(crate) struct ServeArgs {
 /// Runs the subcommand.
 pub(crate) fn run(args: ServeArgs) -> Result<(), Failure> {
     let cfg = args.server.load()?;
-    crate::process::runtime()?
-        .block_on(serve(cfg))
-        .map_err(|e| Failure::Usage(e.to_string()))
+    let telemetry = crate::process::telemetry(&cfg)?;
+    let result = crate::process::runtime()?.block_on(serve(cfg));
+    telemetry.shutdown();
+    result.map_err(|e| Failure::Usage(e.to_string()))
 }
 
 async fn serve(cfg: Config) -> Result<(), ConfigError> {
@@ -70,7 +71,6 @@ async fn serve(cfg: Config) -> Result<(), ConfigError> {
     );
     let _ = out.flush();
     drop(out);
-    init_logging();
     gateway.serve(listener, shutdown_signal()).await;
     Ok(())
 }

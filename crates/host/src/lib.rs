@@ -10,7 +10,8 @@
 //!   search → inject) and the values of the `x-citestream-*` headers;
 //! * [`errors`]: error bodies in the endpoint's shape (OpenAI or
 //!   Anthropic);
-//! * [`metrics`]: the Prometheus registry.
+//! * [`metrics`]: the Prometheus registry;
+//! * [`telemetry`]: JSON log lines and OpenTelemetry traces (`[log]`).
 //!
 //! Hosts pass `http::HeaderMap`s (or raw header values) and `Bytes`; they
 //! own the server, the upstream connection and the response path, which
@@ -41,3 +42,4 @@ pub mod errors;
 pub mod grounding;
 pub mod metrics;
 pub mod store;
+pub mod telemetry;
