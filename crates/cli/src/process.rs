@@ -38,6 +38,24 @@ impl ServerArgs {
     }
 }
 
+/// The part of a server's start-up banner that says what it runs with:
+/// `search: local, quota: memory, auth: open`.
+pub(crate) fn banner_details(cfg: &Config) -> String {
+    use citestream_host::config::{AuthMode, StoreName};
+    format!(
+        "search: {}, quota: {}, auth: {}",
+        cfg.search.provider,
+        match cfg.quota.store {
+            StoreName::Memory => "memory",
+            StoreName::Redis => "redis",
+        },
+        match cfg.auth.mode {
+            AuthMode::Open => "open",
+            AuthMode::Keys => "keys",
+        },
+    )
+}
+
 /// A multi-threaded runtime for the servers.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()

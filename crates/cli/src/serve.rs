@@ -52,17 +52,9 @@ async fn serve(cfg: Config) -> Result<(), ConfigError> {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "citestream serve: listening on http://{addr} (upstream: {}, search: {}, quota: {}, auth: {})",
+        "citestream serve: listening on http://{addr} (upstream: {}, {})",
         gateway.upstream_name(),
-        cfg.search.provider,
-        match cfg.quota.store {
-            citestream_host::config::StoreName::Memory => "memory",
-            citestream_host::config::StoreName::Redis => "redis",
-        },
-        match cfg.auth.mode {
-            citestream_host::config::AuthMode::Open => "open",
-            citestream_host::config::AuthMode::Keys => "keys",
-        },
+        crate::process::banner_details(&cfg),
     );
     let _ = writeln!(
         out,

@@ -37,7 +37,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
     ),
     ("search", &["--config", "<QUERY>"]),
     ("serve", &["--config", "--listen"]),
-    ("ext-proc", &["--config", "--listen"]),
+    ("ext-proc", &["--config", "--listen", "--metrics-listen"]),
     ("hash-key", &[]),
 ];
 

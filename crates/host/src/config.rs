@@ -446,6 +446,20 @@ impl Config {
         Ok(())
     }
 
+    /// Applies a `--metrics-listen` flag (`citestream ext-proc`) over
+    /// `ext_proc.metrics_listen`; `""` turns the port off.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `--metrics-listen` when `addr` is not an
+    /// address.
+    pub fn set_metrics_listen(&mut self, addr: &str) -> Result<(), ConfigError> {
+        if !addr.is_empty() {
+            parse_listen(addr).map_err(|m| ConfigError::new("--metrics-listen", m))?;
+        }
+        addr.clone_into(&mut self.ext_proc.metrics_listen);
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         check_base_url(&self.upstream.base_url)
             .map_err(|m| ConfigError::new("upstream.base_url", m))?;
