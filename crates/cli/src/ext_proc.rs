@@ -38,6 +38,7 @@ pub(crate) fn run(args: ExtProcArgs) -> Result<(), Failure> {
     }
     let telemetry = crate::process::telemetry(&cfg)?;
     let result = crate::process::runtime()?.block_on(async {
+        let stop = crate::process::shutdown_signal();
         let server = Server::bind(&cfg)
             .await
             .map_err(|e| Failure::Usage(e.to_string()))?;
@@ -58,7 +59,7 @@ pub(crate) fn run(args: ExtProcArgs) -> Result<(), Failure> {
         let _ = out.flush();
         drop(out);
         server
-            .run(crate::process::shutdown_signal())
+            .run(stop)
             .await
             .map_err(|e| Failure::Io(std::io::Error::other(e.to_string())))
     });

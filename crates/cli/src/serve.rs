@@ -34,6 +34,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Failure> {
 }
 
 async fn serve(cfg: Config) -> Result<(), ConfigError> {
+    let stop = shutdown_signal();
     let gateway = Gateway::new(&cfg).await?;
     let listener = tokio::net::TcpListener::bind(cfg.server.listen)
         .await
@@ -63,6 +64,6 @@ async fn serve(cfg: Config) -> Result<(), ConfigError> {
     );
     let _ = out.flush();
     drop(out);
-    gateway.serve(listener, shutdown_signal()).await;
+    gateway.serve(listener, stop).await;
     Ok(())
 }
