@@ -125,8 +125,8 @@ struct RewriteArgs {
     #[arg(
         long,
         value_name = "NAME",
-        default_value = Endpoint::ChatCompletions.name(),
-        value_parser = PossibleValuesParser::new(Endpoint::ALL.iter().map(|e| e.name()))
+        default_value = Endpoint::ChatCompletions.as_str(),
+        value_parser = PossibleValuesParser::new(Endpoint::ALL.map(Endpoint::as_str))
             .try_map(|s| s.parse::<Endpoint>()),
     )]
     endpoint: Endpoint,
