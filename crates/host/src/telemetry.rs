@@ -27,8 +27,18 @@
 //!   upstream. With traces off both do nothing (the client's headers pass
 //!   through as they came).
 //!
-//! The span names and fields the hosts open are listed in
-//! `docs/gateway.md` (Traces).
+//! # Spans
+//! One trace per request, opened by the host around the exchange; every
+//! span below is a child of `request`:
+//!
+//! | span | fields |
+//! |---|---|
+//! | `request` ([`request_span`]) | `http.request.method`, `url.path`, `http.response.status_code`, `citestream.endpoint`, `citestream.search`, `citestream.request_id` |
+//! | `auth` | `citestream.account` |
+//! | `quota.reserve`, `quota.commit` | `citestream.account` |
+//! | `search` | `citestream.provider`, `citestream.results`, `citestream.cache_hit` |
+//! | `upstream` | `http.response.status_code`, `citestream.headers_ms` (to the response head), `citestream.first_byte_ms` |
+//! | `rewrite` | `citestream.events`, `citestream.bytes` |
 //!
 //! # Example
 //! ```
@@ -243,4 +253,32 @@ pub fn inject_trace(span: &tracing::Span, headers: &mut http::HeaderMap) {
     }
     let cx = span.context();
     TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(headers));
+}
+
+/// The `request` span of one exchange (not entered): a server span that
+/// continues the client's trace (`traceparent`), with the fields of the
+/// table above left empty for the host to record.
+pub fn request_span(method: &str, path: &str, headers: &http::HeaderMap) -> tracing::Span {
+    let span = tracing::info_span!(
+        "request",
+        otel.kind = "server",
+        http.request.method = method,
+        url.path = path,
+        http.response.status_code = tracing::field::Empty,
+        citestream.endpoint = tracing::field::Empty,
+        citestream.search = tracing::field::Empty,
+        citestream.request_id = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    continue_trace(&span, headers);
+    span
+}
+
+/// Records the HTTP status a span ended with (`request`, `upstream`); a
+/// 5xx marks the span as an error.
+pub fn record_status(span: &tracing::Span, status: u16) {
+    span.record("http.response.status_code", status);
+    if status >= 500 {
+        span.record("otel.status_code", "ERROR");
+    }
 }

@@ -149,3 +149,40 @@ fn rust_log_overrides_the_level_and_a_bad_one_is_named() {
     let e = e.unwrap().err().unwrap();
     assert!(e.to_string().starts_with("log.otlp_endpoint: "), "{e}");
 }
+
+#[test]
+fn request_span_is_a_server_span_with_the_status_recorded() {
+    let collector = Collector::start(Mode::Answer);
+    let (sub, tel) =
+        telemetry::subscriber(&log_config(&collector.endpoint()), None, std::io::sink).unwrap();
+    let mut client = http::HeaderMap::new();
+    client.insert(
+        "traceparent",
+        format!("00-{TRACE_ID}-{CLIENT_SPAN}-01").parse().unwrap(),
+    );
+    tracing::subscriber::with_default(sub, || {
+        let span = telemetry::request_span("POST", "/v1/chat/completions", &client);
+        telemetry::record_status(&span, 502);
+    });
+    tel.shutdown();
+    let spans = collector.wait_for(|s| !s.is_empty());
+    let request = &spans[0];
+    assert_eq!(request.name, "request");
+    assert_eq!(hex(&request.trace_id), TRACE_ID);
+    assert_eq!(hex(&request.parent_span_id), CLIENT_SPAN);
+    // SPAN_KIND_SERVER = 2; STATUS_CODE_ERROR = 2.
+    assert_eq!(request.kind, 2);
+    assert_eq!(request.status.as_ref().map(|s| s.code), Some(2));
+    assert_eq!(
+        attr(request, "http.response.status_code").as_deref(),
+        Some("502")
+    );
+    assert_eq!(
+        attr(request, "url.path").as_deref(),
+        Some("/v1/chat/completions")
+    );
+    assert_eq!(
+        attr(request, "http.request.method").as_deref(),
+        Some("POST")
+    );
+}
