@@ -3,7 +3,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command};
+
+#[path = "support/serve.rs"]
+mod serve_support;
+
 use std::time::Duration;
 
 fn bin() -> Command {
@@ -66,31 +70,16 @@ fn start_up_errors_are_one_line_naming_the_key_with_status_2() {
 
 #[test]
 fn embedded_defaults_start_answer_and_exit_0_on_sigterm() {
-    let mut child = bin()
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env_remove("CITESTREAM_LISTEN")
-        .env_remove("CITESTREAM_UPSTREAM_URL")
-        .env_remove("CITESTREAM_REDIS_URL")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut banner = String::new();
-    out.read_line(&mut banner).unwrap();
-    let addr = banner
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {banner:?}"))
-        .to_owned();
+    let serve_support::Started {
+        mut child,
+        mut out,
+        banner,
+        addr,
+    } = serve_support::start(&[], &[]);
     assert!(banner.contains("upstream: demo"), "{banner}");
-    let mut curl = String::new();
-    out.read_line(&mut curl).unwrap();
-    out.read_line(&mut curl).unwrap();
     assert!(
-        curl.contains(&format!("curl -s http://{addr}/v1/chat/completions")),
-        "{curl}"
+        banner.contains(&format!("curl -s http://{addr}/v1/chat/completions")),
+        "{banner}"
     );
 
     let mut s = TcpStream::connect(&addr).unwrap();
@@ -124,41 +113,9 @@ fn embedded_defaults_start_answer_and_exit_0_on_sigterm() {
     assert_eq!(status.code(), Some(0));
 }
 
-/// Starts `serve` on a free port with `args` and `env`; returns the child,
-/// its standard output after the banner, and the address.
-fn start(
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> (
-    std::process::Child,
-    BufReader<std::process::ChildStdout>,
-    String,
-) {
-    let mut c = bin();
-    c.args(["serve", "--listen", "127.0.0.1:0"])
-        .args(args)
-        .env_remove("CITESTREAM_LISTEN")
-        .env_remove("CITESTREAM_UPSTREAM_URL")
-        .env_remove("CITESTREAM_REDIS_URL")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let mut child = c.spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut banner = String::new();
-    for _ in 0..3 {
-        out.read_line(&mut banner).unwrap();
-    }
-    let addr = banner
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {banner:?}"))
-        .to_owned();
-    (child, out, addr)
+fn start(args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<ChildStdout>, String) {
+    let s = serve_support::start(args, env);
+    (s.child, s.out, s.addr)
 }
 
 fn get(addr: &str, path: &str) -> String {

@@ -782,7 +782,9 @@ fn median(v: &mut [f64]) -> f64 {
 /// Traces off / on / on with the collector down (see the module docs).
 async fn tracing_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::path::Path) {
     let exports = Arc::new(AtomicUsize::new(0));
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind collector");
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind collector");
     let collector = listener.local_addr().expect("addr");
     let seen = exports.clone();
     tokio::spawn(serve_http1(listener, move |req: Request<Incoming>| {
