@@ -39,6 +39,9 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use tracing::Instrument;
+
+use citestream_host::telemetry;
 
 use crate::body::{AnyBody, Collected, Logged, Rewriting, collect_capped, full};
 use crate::decode::{self, Decoded};
@@ -70,7 +73,15 @@ pub(crate) async fn handle(
 ) -> Result<Response<Logged>, Infallible> {
     let rid = request_id(req.headers());
     let mut log = RequestLog::new(&rid, req.method().as_str(), req.uri().path());
-    let mut resp = route(&state, req, &rid, &mut log).await;
+    let span = telemetry::request_span(req.method().as_str(), req.uri().path(), req.headers());
+    span.record("citestream.request_id", rid.as_str());
+    let mut resp = route(&state, req, &rid, &mut log)
+        .instrument(span.clone())
+        .await;
+    telemetry::record_status(&span, resp.status().as_u16());
+    if let Some(v) = resp.headers().get(&X_SEARCH).and_then(|v| v.to_str().ok()) {
+        span.record("citestream.search", v);
+    }
     log.set_status(resp.status().as_u16());
     if let Ok(v) = HeaderValue::from_str(&rid) {
         resp.headers_mut().insert(X_REQUEST_ID, v);
@@ -289,7 +300,28 @@ async fn send(
     let label = endpoint.map_or(EndpointLabel::Other, EndpointLabel::from);
     let metrics = state.grounding.metrics();
     let t0 = Instant::now();
-    let r = state.upstream.send(endpoint, up).await;
+    let span = tracing::info_span!(
+        "upstream",
+        otel.kind = "client",
+        http.response.status_code = tracing::field::Empty,
+        citestream.headers_ms = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let mut up = up;
+    telemetry::inject_trace(&span, up.headers_mut());
+    let r = state
+        .upstream
+        .send(endpoint, up)
+        .instrument(span.clone())
+        .await;
+    span.record("citestream.headers_ms", t0.elapsed().as_secs_f64() * 1000.0);
+    match &r {
+        Ok(resp) => telemetry::record_status(&span, resp.status().as_u16()),
+        Err(_) => {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    drop(span);
     log.set_upstream_time(t0);
     match r {
         Ok(resp) => {
@@ -342,9 +374,14 @@ async fn respond(
         let body = Rewriting::new(body, plan.stream_rewriter(opts), metrics);
         return Response::from_parts(parts, body.boxed());
     }
-    match collect_capped(body, WHOLE_BODY_CAP).await {
+    let span = tracing::info_span!("rewrite", citestream.bytes = tracing::field::Empty,);
+    match collect_capped(body, WHOLE_BODY_CAP)
+        .instrument(span.clone())
+        .await
+    {
         Ok(Collected::Whole(b)) => {
-            let out = Bytes::from(plan.rewrite_body(&b, opts).into_owned());
+            let out = span.in_scope(|| Bytes::from(plan.rewrite_body(&b, opts).into_owned()));
+            span.record("citestream.bytes", out.len());
             parts
                 .headers
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(out.len()));

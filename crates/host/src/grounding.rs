@@ -26,6 +26,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use tracing::Instrument;
+
 use bytes::Bytes;
 use citestream::RewriteOptions;
 use citestream::flow::{Flow, Outcome, ResponsePlan};
@@ -179,15 +181,24 @@ impl Grounding {
         body: Bytes,
     ) -> Result<Grounded, ErrorReply> {
         let label = EndpointLabel::from(endpoint);
-        let account = match self.accounts.authenticate_headers(headers) {
+        let auth = tracing::info_span!("auth", citestream.account = tracing::field::Empty);
+        let account = match auth.in_scope(|| self.accounts.authenticate_headers(headers)) {
             Ok(a) => a,
             Err(e) => {
                 self.metrics.request(label, SearchLabel::Rejected);
                 return Err(ErrorReply::unauthorized(endpoint.into(), &e.to_string()));
             }
         };
+        auth.record("citestream.account", account.id());
+        drop(auth);
         let limit = account.searches_per_day();
-        let flow = match Flow::start(&self.store, account.id(), limit, endpoint, body).await {
+        let flow = match Flow::start(&self.store, account.id(), limit, endpoint, body)
+            .instrument(tracing::info_span!(
+                "quota.reserve",
+                citestream.account = account.id()
+            ))
+            .await
+        {
             Ok(f) => f,
             Err(e) => {
                 self.metrics.request(label, SearchLabel::Rejected);
@@ -196,19 +207,30 @@ impl Grounding {
         };
         let asked = flow.inspection().web_search();
         let stream = flow.inspection().stream();
+        let commit = || tracing::info_span!("quota.commit", citestream.account = account.id());
         let prepared = match flow.query().cloned() {
-            None => flow.finish(Vec::new(), &self.inject).await,
+            None => {
+                flow.finish(Vec::new(), &self.inject)
+                    .instrument(commit())
+                    .await
+            }
             Some(q) => {
                 let t0 = Instant::now();
-                match self.search.search(&q).await {
+                let span = tracing::info_span!(
+                    "search",
+                    citestream.provider = self.search.provider_name(),
+                    citestream.results = tracing::field::Empty,
+                );
+                match self.search.search(&q).instrument(span.clone()).await {
                     Ok(found) => {
+                        span.record("citestream.results", found.len());
                         let r = if found.is_empty() {
                             SearchResult::NothingFound
                         } else {
                             SearchResult::Found
                         };
                         self.metrics.search(r, t0.elapsed());
-                        flow.finish(found, &self.inject).await
+                        flow.finish(found, &self.inject).instrument(commit()).await
                     }
                     Err(e) => {
                         let r = if e.kind() == SearchErrorKind::Timeout {
@@ -217,7 +239,7 @@ impl Grounding {
                             SearchResult::Error
                         };
                         self.metrics.search(r, t0.elapsed()); // `search` logged it
-                        flow.fail().await
+                        flow.fail().instrument(commit()).await
                     }
                 }
             }
