@@ -175,6 +175,7 @@ where
             .with_location(false)
             .with_threads(false)
             .with_tracked_inactivity(false)
+            .with_target(false)
             .with_filter(filter_fn(|m| {
                 m.is_span() && m.target().starts_with("citestream")
             }))
