@@ -134,8 +134,10 @@ struct RewriteArgs {
     #[arg(
         long,
         value_name = "NAME",
-        default_value = "sources",
-        value_parser = PossibleValuesParser::new(Dialect::NAMED.iter().map(|(n, _)| *n))
+        default_value = Dialect::SOURCES.as_str(),
+        value_parser = PossibleValuesParser::new(
+            [Dialect::SOURCES, Dialect::CITATIONS, Dialect::BOTH].map(Dialect::as_str)
+        )
             .try_map(|s| s.parse::<Dialect>()),
     )]
     dialect: Dialect,

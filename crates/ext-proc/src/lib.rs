@@ -28,8 +28,8 @@
 //! # Modules
 //! * `exchange` (private): one HTTP exchange, message by
 //!   message.
-//! * `response` (private): the response body state
-//!   machine in both body modes.
+//! * `response` (private): the answers to response body
+//!   messages in both body modes.
 //! * [`service`]: the tonic service.
 //! * `proto` (private): the only code that knows the protobuf shapes.
 //! * `probes` (private): the metrics port (`/metrics`, `/healthz`,
@@ -130,11 +130,10 @@ impl Server {
                 ))
             })?),
         };
-        let limit = usize::try_from(cfg.server.max_request_body.0).unwrap_or(usize::MAX);
         Ok(Server {
             listener,
             metrics,
-            processor: Processor::new(grounding.clone(), limit),
+            processor: Processor::new(grounding.clone()),
             grounding,
             grace: cfg.server.shutdown_grace,
         })
