@@ -1,4 +1,4 @@
-//! `citestream search [--config FILE] QUERY`: prints the sources the
+//! `citestream search [--config FILE] (QUERY | --conversation FILE)`: prints the sources the
 //! configured search provider returns for QUERY, as a JSON array of
 //! source objects (absent fields left out), after the adapter rules — what the
 //! gateway would inject. With no `--config`, the `local` provider over the
@@ -17,6 +17,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use citestream_host::config::Config;
+use citestream_search::query::conversation_query;
 use citestream_search::{Search, SearchQuery, Source};
 use serde_json::{Map, Value};
 
@@ -30,12 +31,30 @@ pub(crate) struct SearchArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// What to search for.
-    #[arg(value_name = "QUERY")]
-    query: String,
+    #[arg(
+        value_name = "QUERY",
+        required_unless_present = "conversation",
+        conflicts_with = "conversation"
+    )]
+    query: Option<String>,
+    /// Search for a conversation instead: FILE is a request body (or its
+    /// `messages` array) of a grounded endpoint; the query formed from it
+    /// is printed on standard error.
+    #[arg(long, value_name = "FILE")]
+    conversation: Option<PathBuf>,
 }
 
 pub(crate) fn run(args: SearchArgs) -> Result<(), Failure> {
-    let query = args.query;
+    let conversation = match &args.conversation {
+        None => None,
+        Some(path) => {
+            let bytes = std::fs::read(path)
+                .map_err(|e| Failure::Usage(format!("cannot read '{}': {e}", path.display())))?;
+            Some(conversation_query(&bytes).map_err(|e| {
+                Failure::Usage(format!("conversation file '{}': {e}", path.display()))
+            })?)
+        }
+    };
     let config = Config::load(args.config.as_deref())
         .map_err(|e| Failure::Usage(e.to_string()))?
         .search;
@@ -44,11 +63,23 @@ pub(crate) fn run(args: SearchArgs) -> Result<(), Failure> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let query = SearchQuery {
-        text: query,
-        context: Vec::new(),
-    };
-    let sources = runtime.block_on(search.search(&query)).map_err(|e| {
+    let found = runtime.block_on(async {
+        match conversation {
+            Some(q) => {
+                let formed = search.form(&q).await;
+                eprintln!("query: {}", formed.text());
+                search.search_formed(&formed).await
+            }
+            None => {
+                let query = SearchQuery {
+                    text: args.query.unwrap_or_default(),
+                    context: Vec::new(),
+                };
+                search.search(&query).await
+            }
+        }
+    });
+    let sources = found.map_err(|e| {
         Failure::Io(io::Error::other(format!(
             "search failed ({}): {e}",
             e.kind().label()

@@ -35,7 +35,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
             "[FILE]",
         ],
     ),
-    ("search", &["--config", "<QUERY>"]),
+    ("search", &["--config", "--conversation", "[QUERY]"]),
     ("serve", &["--config", "--listen"]),
     ("ext-proc", &["--config", "--listen", "--metrics-listen"]),
     ("hash-key", &[]),
@@ -122,7 +122,7 @@ fn usage_errors_are_one_line_with_status_2_pointing_at_the_help() {
         (&[], "missing command", "citestream --help"),
         (&["frobnicate"], "frobnicate", "citestream --help"),
         (&["serve", "--bogus"], "--bogus", "citestream serve --help"),
-        (&["search"], "<QUERY>", "citestream search --help"),
+        (&["search"], "QUERY", "citestream search --help"),
         (
             &["rewrite", "--sources", "s.json", "--endpoint", "nope"],
             "possible values: chat, messages",

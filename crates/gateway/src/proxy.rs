@@ -67,7 +67,11 @@ pub(crate) async fn handle(
     let span = telemetry::request_span(req.method().as_str(), req.uri().path(), req.headers());
     let resp = exchange(state, req, client).instrument(span.clone()).await;
     telemetry::record_status(&span, resp.status().as_u16());
-    if let Some(v) = resp.headers().get("x-citestream-search").and_then(|v| v.to_str().ok()) {
+    if let Some(v) = resp
+        .headers()
+        .get("x-citestream-search")
+        .and_then(|v| v.to_str().ok())
+    {
         span.record("citestream.search", v);
     }
     Ok(resp)
@@ -151,7 +155,7 @@ async fn exchange(
         }
     };
     respond(ex, resp)
-        .instrument(tracing::info_span!("rewrite"))
+        .instrument(tracing::info_span!("response"))
         .await
 }
 

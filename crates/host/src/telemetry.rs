@@ -29,16 +29,16 @@
 //!
 //! # Spans
 //! One trace per request, opened by the host around the exchange; every
-//! span below is a child of `request`:
+//! span below is a child of `request` (unless said otherwise):
 //!
 //! | span | fields |
 //! |---|---|
 //! | `request` ([`request_span`]) | `http.request.method`, `url.path`, `http.response.status_code`, `citestream.endpoint`, `citestream.search`, `citestream.request_id` |
 //! | `auth` | `citestream.account` |
-//! | `quota.reserve`, `quota.commit` | `citestream.account` |
-//! | `search` | `citestream.provider`, `citestream.results`, `citestream.cache_hit` |
-//! | `upstream` | `http.response.status_code`, `citestream.headers_ms` (to the response head), `citestream.first_byte_ms` |
-//! | `rewrite` | `citestream.events`, `citestream.bytes` |
+//! | `quota.reserve` | `citestream.account` |
+//! | `search` | `citestream.provider`, `citestream.results` |
+//! | `upstream` | `http.response.status_code`, `citestream.headers_ms` (to the response head) |
+//! | `response` | the response head (and a whole body's rewrite); its child `quota.commit` (2xx) or `quota.release` settles the reservation |
 //!
 //! # Example
 //! ```
