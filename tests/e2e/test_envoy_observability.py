@@ -101,12 +101,12 @@ def test_metrics_port_and_grpc_health(stack, replay):
     assert http_status(base + "/healthz") == 200
     assert http_status(base + "/readyz") == 200
     assert http_status(base + "/nothing") == 404
-    before = counter(proc.metrics(), "citestream_requests_total", endpoint="chat_completions", search="injected")
+    before = counter(proc.metrics(), "citestream_requests_total", endpoint="chat", search="injected", status="200")
 
     body, _ = client_body(CHAT, f"replay:{FIXTURE}", True)
     status, headers, _ = raw_post(envoy.url + CHAT, body)
     assert status == 200 and headers["x-citestream-search"] == "injected"
-    after = counter(proc.metrics(), "citestream_requests_total", endpoint="chat_completions", search="injected")
+    after = counter(proc.metrics(), "citestream_requests_total", endpoint="chat", search="injected", status="200")
     assert after == before + 1, proc.metrics()
 
     # Envoy's gRPC health checker calls grpc.health.v1.Health/Check.
