@@ -46,7 +46,8 @@ use citestream_host::metrics::Metrics;
 use tokio::net::TcpListener;
 
 mod body;
-pub mod demo;
+/// The built-in demo model (its own crate, `citestream-demo`).
+pub use citestream_demo as demo;
 mod proxy;
 mod server;
 mod upstream;
