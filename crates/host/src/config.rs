@@ -77,6 +77,72 @@ pub struct Config {
     pub plans: BTreeMap<String, PlanConfig>,
     /// `[[accounts]]`.
     pub accounts: Vec<AccountConfig>,
+    /// `[log]`: log level and trace export.
+    pub log: LogConfig,
+    /// `[ext_proc]`: settings only `citestream ext-proc` reads.
+    pub ext_proc: ExtProcConfig,
+}
+
+/// `log.level`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Failures only.
+    Error,
+    /// Failures and 5xx request lines.
+    Warn,
+    /// One line per request (the default).
+    #[default]
+    Info,
+    /// Probes and protocol detail too.
+    Debug,
+}
+
+/// `[log]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct LogConfig {
+    /// `error | warn | info | debug`; `RUST_LOG`, when set, overrides it.
+    pub level: LogLevel,
+    /// `""` (the default): no traces; else an OTLP/HTTP collector's base
+    /// URL (`http://127.0.0.1:4318`), which gets the spans at
+    /// `{otlp_endpoint}/v1/traces`.
+    pub otlp_endpoint: String,
+}
+
+/// `[ext_proc]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ExtProcConfig {
+    /// Where `ext-proc` serves `/metrics`, `/healthz` and `/readyz`;
+    /// `""` turns it off. Default `127.0.0.1:9464`.
+    pub metrics_listen: String,
+}
+
+impl Default for ExtProcConfig {
+    fn default() -> Self {
+        ExtProcConfig {
+            metrics_listen: "127.0.0.1:9464".to_owned(),
+        }
+    }
+}
+
+impl ExtProcConfig {
+    /// The metrics address; `None` when turned off.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `ext_proc.metrics_listen` when it is not an
+    /// address.
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        if self.metrics_listen.is_empty() {
+            return Ok(None);
+        }
+        parse_listen(&self.metrics_listen)
+            .map(Some)
+            .map_err(|m| ConfigError::new("ext_proc.metrics_listen", m))
+    }
 }
 
 /// `[server]`.
@@ -488,6 +554,20 @@ impl Config {
         Ok(())
     }
 
+    /// Applies a `--metrics-listen` flag (`citestream ext-proc`) over
+    /// `ext_proc.metrics_listen`; `""` turns the port off.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `--metrics-listen` when `addr` is not an
+    /// address.
+    pub fn set_metrics_listen(&mut self, addr: &str) -> Result<(), ConfigError> {
+        if !addr.is_empty() {
+            parse_listen(addr).map_err(|m| ConfigError::new("--metrics-listen", m))?;
+        }
+        addr.clone_into(&mut self.ext_proc.metrics_listen);
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         check_base_url(&self.upstream.base_url)
             .map_err(|m| ConfigError::new("upstream.base_url", m))?;
@@ -547,6 +627,9 @@ impl Config {
                 _ => {}
             }
         }
+        self.ext_proc.metrics_addr()?;
+        check_base_url(&self.log.otlp_endpoint)
+            .map_err(|m| ConfigError::new("log.otlp_endpoint", m))?;
         crate::auth::Accounts::from_config(self).map(drop)
     }
 

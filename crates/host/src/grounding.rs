@@ -30,6 +30,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use tracing::Instrument;
+
 use bytes::Bytes;
 use citestream::RewriteOptions;
 use citestream::flow::{Flow, Outcome, ResponsePlan};
@@ -300,12 +302,19 @@ impl Grounding {
         headers: &http::HeaderMap,
         body: Bytes,
     ) -> Result<Grounded, ErrorReply> {
-        let account = match self.accounts.authenticate_headers(headers) {
+        let auth = tracing::info_span!("auth", citestream.account = tracing::field::Empty);
+        let account = match auth.in_scope(|| self.accounts.authenticate_headers(headers)) {
             Ok(a) => a,
             Err(e) => return Err(ErrorReply::unauthorized(endpoint.into(), &e.to_string())),
         };
+        auth.record("citestream.account", account.id());
+        drop(auth);
         let limit = account.searches_per_day();
-        let flow = match Flow::start(&self.store, account.id(), limit, endpoint, body).await {
+        let reserve = tracing::info_span!("quota.reserve", citestream.account = account.id());
+        let flow = match Flow::start(&self.store, account.id(), limit, endpoint, body)
+            .instrument(reserve)
+            .await
+        {
             Ok(f) => f,
             Err(e) => return Err(ErrorReply::from(&e)),
         };
@@ -323,11 +332,19 @@ impl Grounding {
                 tracing::debug!(query = %q.text, "search query");
                 // The cache keys on the query the provider is given.
                 let formed = self.search.form(&q).await;
+                let span = tracing::info_span!(
+                    "search",
+                    citestream.provider = self.search.provider_name(),
+                    citestream.results = tracing::field::Empty,
+                    citestream.cache = tracing::field::Empty,
+                );
                 let searched = (self.cache)
                     .search(self.search.provider_name(), formed.text(), || {
                         self.search.search_formed(&formed)
                     })
+                    .instrument(span.clone())
                     .await;
+                span.record("citestream.cache", searched.cache.as_str());
                 search_time = Some(t0.elapsed());
                 cache = searched.cache;
                 if let Some(hit) = cache.is_hit() {
@@ -335,6 +352,7 @@ impl Grounding {
                 }
                 match searched.result {
                     Ok(found) => {
+                        span.record("citestream.results", found.len());
                         let r = if found.is_empty() {
                             SearchResult::NothingFound
                         } else {
