@@ -17,7 +17,9 @@
 
 use std::fmt;
 
-use serde::Deserialize;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
 
 use crate::json::push_json_str;
 
@@ -25,23 +27,36 @@ use crate::json::push_json_str;
 ///
 /// Deserializes from a JSON object; unknown members are ignored, and `year`
 /// and `reference` also accept a JSON number (kept as its decimal text).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+/// Serializes to the same object, absent fields left out.
+///
+/// ```
+/// let s: citestream::Source = serde_json::from_str(r#"{"title":"T","year":1999,"x":1}"#).unwrap();
+/// assert_eq!(serde_json::to_string(&s).unwrap(), r#"{"title":"T","year":"1999"}"#);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Source {
     /// Title of the page or document.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// URL of the page or document.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// The snippet or passage the model read.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     /// Nearest heading of the passage.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub heading: Option<String>,
     /// Author of the document.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub author: Option<String>,
     /// Year of publication.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "string_or_number")]
     pub year: Option<String>,
     /// A reference inside the document, e.g. a paragraph number.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "string_or_number")]
     pub reference: Option<String>,
 }
@@ -90,6 +105,64 @@ impl Dialect {
 impl Default for Dialect {
     fn default() -> Self {
         Dialect::SOURCES
+    }
+}
+
+impl Dialect {
+    /// The dialect's name, as `rewrite.dialect`, `--dialect` and the Python
+    /// `dialect=` spell it: `"sources"`, `"citations"` or `"both"` (`"none"`
+    /// for neither, which no name parses to).
+    ///
+    /// ```
+    /// use citestream::Dialect;
+    /// assert_eq!("both".parse::<Dialect>(), Ok(Dialect::BOTH));
+    /// assert_eq!(Dialect::default().to_string(), "sources");
+    /// assert!("Both".parse::<Dialect>().is_err());
+    /// ```
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match (self.sources, self.citations) {
+            (true, false) => "sources",
+            (false, true) => "citations",
+            (true, true) => "both",
+            (false, false) => "none",
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Error returned when parsing a [`Dialect`] from a string other than
+/// `sources`, `citations` or `both`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParseDialectError {
+    _private: (),
+}
+
+impl fmt::Display for ParseDialectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unknown dialect (expected sources, citations or both)")
+    }
+}
+
+impl std::error::Error for ParseDialectError {}
+
+impl FromStr for Dialect {
+    type Err = ParseDialectError;
+
+    /// Parses `sources`, `citations` or `both` (exactly, lowercase).
+    ///
+    /// # Errors
+    /// [`ParseDialectError`] for any other string.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Dialect::SOURCES, Dialect::CITATIONS, Dialect::BOTH]
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or(ParseDialectError { _private: () })
     }
 }
 
@@ -205,19 +278,14 @@ impl Sources {
     }
 
     /// Appends one `url_citation` annotation object for a marker citing
-    /// source `number` (1-based) at `start..end` to `out`.
+    /// source `number` (1-based) at `start..end` to `out`, in the chat
+    /// shape (`{"type":"url_citation","url_citation":{…}}`).
     ///
     /// # Panics
     /// Panics if `number` is 0 or greater than [`Sources::len`]; the marker
     /// tracker only reports numbers in range.
     pub fn push_annotation(&self, out: &mut Vec<u8>, number: u32, start: u64, end: u64) {
-        out.extend_from_slice(ANNOTATION_HEAD);
-        push_u64(out, start);
-        out.extend_from_slice(ANNOTATION_END);
-        push_u64(out, end);
-        out.push(b',');
-        out.extend_from_slice(self.url_citation_members[number as usize - 1].as_bytes());
-        out.extend_from_slice(b"}}");
+        self.push_annotation_as(AnnotationShape::Nested, out, number, start, end);
     }
 
     /// The number of bytes [`push_annotation`](Self::push_annotation)
@@ -227,13 +295,42 @@ impl Sources {
     /// As `push_annotation`.
     #[must_use]
     pub fn annotation_len(&self, number: u32, start: u64, end: u64) -> usize {
-        ANNOTATION_HEAD.len()
+        self.annotation_len_as(AnnotationShape::Nested, number, start, end)
+    }
+
+    /// [`push_annotation`](Self::push_annotation) in either shape.
+    pub(crate) fn push_annotation_as(
+        &self,
+        shape: AnnotationShape,
+        out: &mut Vec<u8>,
+        number: u32,
+        start: u64,
+        end: u64,
+    ) {
+        out.extend_from_slice(shape.head());
+        push_u64(out, start);
+        out.extend_from_slice(ANNOTATION_END);
+        push_u64(out, end);
+        out.push(b',');
+        out.extend_from_slice(self.url_citation_members[number as usize - 1].as_bytes());
+        out.extend_from_slice(shape.tail());
+    }
+
+    /// [`annotation_len`](Self::annotation_len) in either shape.
+    pub(crate) fn annotation_len_as(
+        &self,
+        shape: AnnotationShape,
+        number: u32,
+        start: u64,
+        end: u64,
+    ) -> usize {
+        shape.head().len()
             + u64_len(start)
             + ANNOTATION_END.len()
             + u64_len(end)
             + 1
             + self.url_citation_members[number as usize - 1].len()
-            + 2
+            + shape.tail().len()
     }
 
     /// The top-level `citations` array as JSON (SPEC section 8): one entry per
@@ -274,7 +371,35 @@ impl Sources {
     }
 }
 
-const ANNOTATION_HEAD: &[u8] = b"{\"type\":\"url_citation\",\"url_citation\":{\"start_index\":";
+/// The two shapes of a `url_citation` annotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AnnotationShape {
+    /// Chat completions: `{"type":"url_citation","url_citation":{"start_index",
+    /// "end_index","url","title"}}`.
+    Nested,
+    /// The Responses API: `{"type":"url_citation","start_index","end_index",
+    /// "url","title"}`.
+    Flat,
+}
+
+impl AnnotationShape {
+    fn head(self) -> &'static [u8] {
+        match self {
+            AnnotationShape::Nested => {
+                b"{\"type\":\"url_citation\",\"url_citation\":{\"start_index\":"
+            }
+            AnnotationShape::Flat => b"{\"type\":\"url_citation\",\"start_index\":",
+        }
+    }
+
+    fn tail(self) -> &'static [u8] {
+        match self {
+            AnnotationShape::Nested => b"}}",
+            AnnotationShape::Flat => b"}",
+        }
+    }
+}
+
 const ANNOTATION_END: &[u8] = b",\"end_index\":";
 
 /// The number of decimal digits of `v`.
@@ -355,6 +480,13 @@ mod tests {
                 s.annotation_len(n, start, end),
                 "{n} {start} {end}"
             );
+            let mut flat = Vec::new();
+            s.push_annotation_as(AnnotationShape::Flat, &mut flat, n, start, end);
+            let len = s.annotation_len_as(AnnotationShape::Flat, n, start, end);
+            assert_eq!(flat.len(), len, "{n} {start} {end}");
+            let v: serde_json::Value = serde_json::from_slice(&flat).unwrap();
+            assert_eq!(v["start_index"], start);
+            assert_eq!(v["type"], "url_citation");
         }
     }
 

@@ -132,16 +132,11 @@ pub(crate) fn options(
     n: i64,
     only_cited: bool,
 ) -> PyResult<RewriteOptions> {
-    let d = match dialect {
-        "sources" => Dialect::SOURCES,
-        "citations" => Dialect::CITATIONS,
-        "both" => Dialect::BOTH,
-        other => {
-            return Err(CitestreamError::new_err(format!(
-                "dialect must be 'sources', 'citations' or 'both', not {other:?}"
-            )));
-        }
-    };
+    let d: Dialect = dialect.parse().map_err(|_| {
+        CitestreamError::new_err(format!(
+            "dialect must be 'sources', 'citations' or 'both', not {dialect:?}"
+        ))
+    })?;
     let o: OffsetUnit = offsets.parse().map_err(|_| {
         CitestreamError::new_err(format!(
             "offsets must be 'chars', 'utf16' or 'bytes', not {offsets:?}"
@@ -164,9 +159,7 @@ fn drive<R: StreamRewriter + Send>(py: Python<'_>, r: &mut R, input: Option<Byte
             None => r.finish(),
         }
         let mut out = Vec::new();
-        while let Some(b) = r.next_output() {
-            out.extend_from_slice(&b);
-        }
+        r.drain_into(&mut out);
         out
     };
     if large {
@@ -294,6 +287,14 @@ stream_class! {
     /// rewriter and the CLI; a messages response has one answer.
 }
 
+stream_class! {
+    /// Rewrites an OpenAI `/v1/responses` SSE stream.
+    ResponsesRewriter(citestream::ResponsesStream);
+    /// `ResponsesRewriter(sources, *, dialect="sources", offsets="chars",
+    /// n=1, only_cited=False)`. `n` is accepted for symmetry; a response
+    /// has one answer.
+}
+
 /// Wraps a core rewriter chosen at run time in its Python class.
 pub(crate) fn rewriter_object(py: Python<'_>, r: citestream::Rewriter) -> PyResult<Py<PyAny>> {
     Ok(match r {
@@ -301,18 +302,25 @@ pub(crate) fn rewriter_object(py: Python<'_>, r: citestream::Rewriter) -> PyResu
         citestream::Rewriter::Messages(m) => {
             Py::new(py, MessagesRewriter::from_core(*m))?.into_any()
         }
+        citestream::Rewriter::Responses(r) => {
+            Py::new(py, ResponsesRewriter::from_core(*r))?.into_any()
+        }
     })
 }
 
-/// Parses `chat` / `messages`.
+/// Parses an endpoint name (`chat`, `messages`, `responses`).
 pub(crate) fn endpoint_arg(endpoint: &str) -> PyResult<citestream::Endpoint> {
-    match endpoint {
-        "chat" => Ok(citestream::Endpoint::ChatCompletions),
-        "messages" => Ok(citestream::Endpoint::Messages),
-        other => Err(CitestreamError::new_err(format!(
-            "endpoint must be 'chat' or 'messages', not {other:?}"
-        ))),
-    }
+    endpoint.parse().map_err(|_| {
+        let names: Vec<String> = citestream::Endpoint::ALL
+            .iter()
+            .map(|e| format!("'{e}'"))
+            .collect();
+        let (last, rest) = names.split_last().expect("at least one endpoint");
+        CitestreamError::new_err(format!(
+            "endpoint must be {} or {last}, not {endpoint:?}",
+            rest.join(", ")
+        ))
+    })
 }
 
 /// Rewrites a whole (non-streamed) response body. Bodies the rewriter does
@@ -335,14 +343,7 @@ fn rewrite_body<'py>(
     let opts = options(dialect, offsets, n, only_cited)?;
     let ep = endpoint_arg(endpoint)?;
     let work = || -> Vec<u8> {
-        match ep {
-            citestream::Endpoint::ChatCompletions => {
-                citestream::chat::rewrite_body(&body, &sources, &opts).into_owned()
-            }
-            citestream::Endpoint::Messages => {
-                citestream::messages::rewrite_body(&body, &sources, &opts).into_owned()
-            }
-        }
+        citestream::rewrite::rewrite_body(ep, &body, &sources, &opts).into_owned()
     };
     let out = if body.len() >= crate::DETACH_AT {
         py.detach(work)
@@ -356,6 +357,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySources>()?;
     m.add_class::<ChatRewriter>()?;
     m.add_class::<MessagesRewriter>()?;
+    m.add_class::<ResponsesRewriter>()?;
     m.add_function(wrap_pyfunction!(rewrite_body, m)?)?;
     Ok(())
 }

@@ -7,7 +7,8 @@
 //! every byte the gateway does not own reaches the upstream unchanged (key
 //! order, number spelling, whitespace, unknown fields).
 //!
-//! * [`inspect`] validates a `/v1/chat/completions` or `/v1/messages` body,
+//! * [`inspect`] validates a `/v1/chat/completions`, `/v1/messages` or
+//!   `/v1/responses` body,
 //!   reads `web_search` and removes it, extracts the search query and the
 //!   settings the response rewriter needs ([`Inspection`]).
 //! * [`inject`](fn@inject) puts numbered sources into a body ([`InjectOptions`],
@@ -32,6 +33,7 @@ use std::ops::Range;
 use bytes::Bytes;
 
 mod inject;
+mod responses;
 
 pub use inject::{InjectError, InjectOptions, Placement, Template, inject, render_sources};
 
@@ -105,13 +107,13 @@ impl RequestError {
     /// The JSON error body, ready to send with [`RequestError::status`] and
     /// `content-type: application/json`.
     ///
-    /// * chat: `{"error":{"message":…,"type":"invalid_request_error","param":…,"code":null}}`
+    /// * chat and responses: `{"error":{"message":…,"type":"invalid_request_error","param":…,"code":null}}`
     /// * messages: `{"type":"error","error":{"type":"invalid_request_error","message":…}}`
     #[must_use]
     pub fn body(&self) -> Vec<u8> {
         let mut out = String::new();
         match self.endpoint {
-            Endpoint::ChatCompletions => {
+            Endpoint::ChatCompletions | Endpoint::Responses => {
                 out.push_str("{\"error\":{\"message\":");
                 push_json_str(&mut out, &self.message);
                 out.push_str(",\"type\":\"invalid_request_error\",\"param\":");
@@ -171,9 +173,16 @@ pub struct Inspection {
     stream: bool,
     n: u32,
     include_usage: bool,
+    model: Option<String>,
 }
 
 impl Inspection {
+    /// The top-level `model` when it is a JSON string (decoded; for logs).
+    #[must_use]
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
     /// The endpoint the body was inspected for.
     #[must_use]
     pub fn endpoint(&self) -> Endpoint {
@@ -214,7 +223,7 @@ impl Inspection {
     }
 
     /// The number of choices requested (`n` on chat; 1 when absent or not a
-    /// positive integer, and always 1 on `/v1/messages`). Values above
+    /// positive integer, and always 1 on `/v1/messages` and `/v1/responses`). Values above
     /// `u32::MAX` are clamped.
     #[must_use]
     pub fn n(&self) -> u32 {
@@ -279,7 +288,7 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
 
     let stream = json::find(b, &ms, "stream").is_some_and(|m| m.value_in(b) == b"true");
     let n = match endpoint {
-        Endpoint::Messages => 1,
+        Endpoint::Messages | Endpoint::Responses => 1,
         Endpoint::ChatCompletions => json::find(b, &ms, "n")
             .and_then(|m| std::str::from_utf8(m.value_in(b)).ok()?.parse::<u64>().ok())
             .filter(|&n| n >= 1)
@@ -291,6 +300,12 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
             .is_some_and(|so| {
                 json::find(b, &so, "include_usage").is_some_and(|iu| iu.value_in(b) == b"true")
             });
+
+    let model = json::find(b, &ms, "model").and_then(|m| {
+        let v = m.value_in(b);
+        let inner = v.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+        Some(json::decode_str(inner).into_owned())
+    });
 
     let query = if web_search {
         extract_query(endpoint, b, &ms)
@@ -319,6 +334,7 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
         stream,
         n,
         include_usage,
+        model,
     })
 }
 
@@ -408,6 +424,12 @@ fn json_type_name(v: &[u8]) -> &'static str {
 /// The decoded text of a `content` value: a string, or the `text` of its
 /// `{"type":"text","text":…}` parts / blocks joined with `\n`.
 fn content_text(b: &[u8], v: Range<usize>) -> Option<String> {
+    parts_text(b, v, &["text"])
+}
+
+/// The decoded text of a `content` value: a string, or the `text` of its
+/// parts whose `type` is one of `types`, joined with `\n`.
+pub(crate) fn parts_text(b: &[u8], v: Range<usize>, types: &[&str]) -> Option<String> {
     match b.get(v.start)? {
         b'"' => json::decode_token(&b[v]),
         b'[' => {
@@ -418,7 +440,7 @@ fn content_text(b: &[u8], v: Range<usize>) -> Option<String> {
                 };
                 let is_text = json::find(b, &pm, "type")
                     .and_then(|t| json::decode_token(t.value_in(b)))
-                    .is_some_and(|t| t == "text");
+                    .is_some_and(|t| types.contains(&t.as_str()));
                 if !is_text {
                     continue;
                 }
@@ -463,6 +485,9 @@ pub(crate) fn last_user(b: &[u8], msgs: &[Message]) -> Option<usize> {
 }
 
 fn extract_query(endpoint: Endpoint, b: &[u8], ms: &[Field]) -> Option<SearchQuery> {
+    if endpoint == Endpoint::Responses {
+        return responses::query(b, ms);
+    }
     let (_, msgs) = messages(b, ms)?;
     let last = last_user(b, &msgs)?;
     let (_, mm) = &msgs[last];

@@ -47,7 +47,7 @@ pub(crate) async fn serve(
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -67,7 +67,7 @@ pub(crate) async fn serve(
             if !preface_arrives(&stream, header_timeout).await {
                 return;
             }
-            let svc = service_fn(move |req| handle(state.clone(), req));
+            let svc = service_fn(move |req| handle(state.clone(), req, Some(peer)));
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(error = %e, "connection ended with an error");
