@@ -1,4 +1,4 @@
-//! `citestream serve` (SPEC section 12): the whole web-search system as one
+//! `citestream serve` (docs/gateway.md): the whole web-search system as one
 //! process in front of any OpenAI-/Anthropic-compatible model server, and
 //! the built-in demo upstream model.
 //!
@@ -79,7 +79,8 @@ impl Gateway {
     /// As [`Gateway::new`].
     pub async fn with_clock(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Gateway, ConfigError> {
         let grounding = Grounding::with_clock(cfg, clock).await?;
-        let upstream = Upstream::new(&cfg.upstream).map_err(|m| ConfigError::new("upstream", m))?;
+        let upstream = Upstream::new(cfg, grounding.metrics().clone(), grounding.tls())
+            .map_err(|m| ConfigError::new("upstream", m))?;
         Ok(Gateway {
             state: Arc::new(State {
                 grounding: Arc::new(grounding),
