@@ -81,7 +81,10 @@ async fn chat_stream_is_grounded_and_rewritten_under_any_chunking() {
     // A string content stays a string: the sources block, then the question.
     let last = v["messages"][0]["content"].as_str().unwrap();
     assert!(last.contains("[1] Lisbon weather"), "{last}");
-    assert!(last.ends_with("\n\nWeather in Lisbon this weekend?"), "{last}");
+    assert!(
+        last.ends_with("\n\nWeather in Lisbon this weekend?"),
+        "{last}"
+    );
     assert!(
         s.body
             .starts_with(br#"{"model":"shannon-3","stream":true,"messages":"#)

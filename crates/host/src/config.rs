@@ -41,7 +41,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use citestream::request::{InjectOptions, Placement};
+use citestream::request::{InjectOptions, PLACEHOLDERS, Placement, Template};
 use citestream::{Dialect, OffsetUnit, RewriteOptions};
 use serde::Deserialize;
 
@@ -64,6 +64,8 @@ pub struct Config {
     pub search: SearchConfig,
     /// `[rewrite]`.
     pub rewrite: RewriteConfig,
+    /// `[inject]`.
+    pub inject: InjectConfig,
     /// `[quota]`.
     pub quota: QuotaConfig,
     /// `[auth]`.
@@ -172,6 +174,50 @@ pub struct RewriteConfig {
     pub dialect: DialectName,
     /// `chars | utf16 | bytes`.
     pub offsets: OffsetsName,
+}
+
+/// `inject.placement`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementName {
+    /// In front of the last user message.
+    #[default]
+    User,
+    /// A system message (chat) / appended to `system` (messages).
+    System,
+}
+
+/// `[inject]`: where the sources block goes and what it says (the
+/// defaults are [`Template::default`]'s).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct InjectConfig {
+    /// `user | system`.
+    pub placement: PlacementName,
+    /// Text before the first source.
+    pub header: String,
+    /// One source, with the placeholders of
+    /// [`citestream::request::PLACEHOLDERS`] (`{n}`, `{title}`, …); any
+    /// other `{name}` is a start-up error.
+    pub source: String,
+    /// Between two sources.
+    pub separator: String,
+    /// After the last source.
+    pub footer: String,
+}
+
+impl Default for InjectConfig {
+    fn default() -> Self {
+        let t = Template::default();
+        InjectConfig {
+            placement: PlacementName::User,
+            header: t.header,
+            source: t.source,
+            separator: t.separator,
+            footer: t.footer,
+        }
+    }
 }
 
 /// `quota.store`.
@@ -397,6 +443,13 @@ impl Config {
                 "required when quota.store is \"redis\" (or set CITESTREAM_REDIS_URL)",
             ));
         }
+        if let Some(p) = self.inject_options().template.unknown_placeholder() {
+            let known: Vec<String> = PLACEHOLDERS.iter().map(|n| format!("{{{n}}}")).collect();
+            return Err(ConfigError::new(
+                "inject.source",
+                format!("unknown placeholder {p} (known: {})", known.join(" ")),
+            ));
+        }
         crate::auth::Accounts::from_config(self).map(drop)
     }
 
@@ -418,13 +471,21 @@ impl Config {
         o
     }
 
-    /// How sources are put in front of the model: the default template,
-    /// prepended to the last user message (SPEC section 3).
+    /// How sources are put in front of the model, from `[inject]`.
     #[must_use]
     pub fn inject_options(&self) -> InjectOptions {
+        let i = &self.inject;
         InjectOptions {
-            placement: Placement::UserMessage,
-            ..InjectOptions::default()
+            placement: match i.placement {
+                PlacementName::User => Placement::UserMessage,
+                PlacementName::System => Placement::System,
+            },
+            template: Template {
+                header: i.header.clone(),
+                source: i.source.clone(),
+                separator: i.separator.clone(),
+                footer: i.footer.clone(),
+            },
         }
     }
 }
