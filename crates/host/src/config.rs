@@ -13,6 +13,10 @@
 //!   `CITESTREAM_REDIS_URL`, when set (even to ""), replace `server.listen`,
 //!   `upstream.base_url` and `quota.redis_url`; a `--listen` flag is applied
 //!   by the caller afterwards ([`Config::set_listen`]).
+//! * Relative paths in a file (`search.local.path`, `search.static.path`)
+//!   resolve against the folder of that file, not the working directory
+//!   ([`Config::resolve_paths`]); the embedded defaults (no file) keep
+//!   theirs relative to the working directory.
 //! * Durations are written `"30s"`, `"500ms"`, `"2m"`; sizes `"32MiB"`,
 //!   `"64KiB"`, `"1MB"` or a plain number of bytes.
 //! * Every error is a [`ConfigError`] whose `Display` is one line naming
@@ -370,7 +374,27 @@ impl Config {
                 .map_err(|e| ConfigError::new(p.display().to_string(), e.to_string()))?,
             None => String::new(),
         };
-        Config::from_toml_with_env(&text, &env)
+        let mut cfg = Config::from_toml_with_env(&text, &env)?;
+        if let Some(p) = path {
+            let folder = p.parent().unwrap_or(Path::new(""));
+            let folder = std::path::absolute(folder).unwrap_or_else(|_| folder.to_path_buf());
+            cfg.resolve_paths(&folder);
+        }
+        Ok(cfg)
+    }
+
+    /// Makes every relative path of the config (`search.local.path`,
+    /// `search.static.path`) relative to `folder` (the config file's);
+    /// absolute paths and `""` (the bundled corpus) are kept.
+    pub fn resolve_paths(&mut self, folder: &Path) {
+        for slot in [
+            &mut self.search.local.path,
+            &mut self.search.r#static.path,
+        ] {
+            if !slot.is_empty() && Path::new(slot.as_str()).is_relative() {
+                *slot = folder.join(slot.as_str()).to_string_lossy().into_owned();
+            }
+        }
     }
 
     /// Parses `text` with `${VAR}` and the `CITESTREAM_*` overrides taken

@@ -53,7 +53,9 @@ mod static_file;
 pub use citestream::request::SearchQuery;
 pub use citestream::sources::Source;
 
-pub use config::{EndpointConfig, PathConfig, ProviderKind, SearchConfig, SearxngConfig};
-pub use local::LocalIndex;
+pub use config::{
+    EndpointConfig, LocalConfig, PathConfig, ProviderKind, SearchConfig, SearxngConfig,
+};
+pub use local::{DEFAULT_URL_BASE, LocalIndex};
 pub use provider::{BoxFuture, Provider, SearchError, SearchErrorKind};
 pub use search::{Search, SetupError};

@@ -296,3 +296,32 @@ fn a_missing_file_is_named() {
     let e = Config::load(Some(Path::new("/nonexistent/citestream.toml"))).unwrap_err();
     assert_eq!(e.key(), "/nonexistent/citestream.toml");
 }
+
+#[test]
+fn relative_paths_resolve_against_the_config_files_folder() {
+    let dir = std::env::temp_dir().join(format!("citestream-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("conf")).unwrap();
+    let file = dir.join("conf").join("citestream.toml");
+    std::fs::write(
+        &file,
+        "[search.local]\npath = \"../kb\"\n[search.static]\npath = \"/abs/sources.json\"\n",
+    )
+    .unwrap();
+    let c = Config::load(Some(&file)).unwrap();
+    assert_eq!(
+        Path::new(&c.search.local.path),
+        dir.join("conf").join("../kb")
+    );
+    assert_eq!(c.search.r#static.path, "/abs/sources.json");
+    // The default static path is relative too: the config's folder.
+    std::fs::write(&file, "").unwrap();
+    let c = Config::load(Some(&file)).unwrap();
+    assert_eq!(
+        Path::new(&c.search.r#static.path),
+        dir.join("conf").join("sources.json")
+    );
+    assert_eq!(c.search.local.path, "", "the bundled corpus stays");
+    // No file: the working directory's, as written.
+    assert_eq!(Config::load(None).unwrap().search.r#static.path, "sources.json");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
