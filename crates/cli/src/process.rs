@@ -1,30 +1,42 @@
 //! Process-level concerns of the `citestream` binary, shared by its two
 //! long-running subcommands (`serve`, `ext-proc`): when to stop (SIGTERM
-//! or SIGINT) and where log lines go (JSON lines on standard output for
+//! or SIGINT) or reload (SIGHUP), and where log lines go (JSON lines on standard output for
 //! the servers, plain warnings on standard error for `search`). The
 //! libraries (`citestream-gateway`, `citestream-ext-proc`) take a shutdown
 //! future and log through `tracing`; they install neither.
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C).
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// The signals a server acts on (SIGTERM, SIGINT, SIGHUP), as they
+/// arrive. The handlers are installed when this is called (inside the
+/// runtime, before the banner is printed): from then on none of the three
+/// is the default action (death by signal).
+pub(crate) fn signals() -> tokio::sync::mpsc::Receiver<citestream_host::reload::Signal> {
+    use citestream_host::reload::Signal;
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        for (kind, sig) in [
+            (SignalKind::terminate(), Signal::Terminate),
+            (SignalKind::interrupt(), Signal::Interrupt),
+            (SignalKind::hangup(), Signal::Reload),
+        ] {
+            let Ok(mut s) = signal(kind) else { continue };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while s.recv().await.is_some() {
+                    if tx.send(sig).await.is_err() {
+                        return;
+                    }
+                }
+            });
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
     }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        let _ = tx.send(Signal::Interrupt).await;
+    });
+    rx
 }
 
 /// Installs the JSON-lines log writer on standard output (one line per

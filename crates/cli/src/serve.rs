@@ -4,7 +4,8 @@
 //! `--listen` over the file and the `CITESTREAM_*` overrides, binds, prints
 //! the address and one ready-to-paste request on standard output, then
 //! serves (one JSON log line per request on standard output) until
-//! SIGTERM/SIGINT, drains, and exits 0.
+//! SIGTERM/SIGINT, drains, and exits 0. SIGHUP reloads the config file
+//! (with `--listen` applied again).
 //!
 //! Exit status 2 on a start-up error (bad flag, config, or address), with
 //! one line on standard error naming the flag, key or variable at fault.
@@ -15,8 +16,9 @@ use std::process::ExitCode;
 
 use citestream_gateway::Gateway;
 
-use crate::process::{init_logging, shutdown_signal};
+use crate::process::{init_logging, signals};
 use citestream_host::config::{Config, ConfigError};
+use citestream_host::reload::Reloader;
 
 const USAGE: &str = "usage: citestream serve [--config FILE] [--listen ADDR]";
 
@@ -34,9 +36,10 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(&e.to_string()),
     };
-    if let Some(Err(e)) = listen.map(|addr| cfg.set_listen(&addr)) {
+    if let Some(Err(e)) = listen.as_deref().map(|addr| cfg.set_listen(addr)) {
         return fail(&e.to_string());
     }
+    let cfg_for_reload = cfg.clone();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -44,7 +47,14 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&format!("cannot start the runtime: {e}")),
     };
-    match rt.block_on(run(cfg)) {
+    let load = move || {
+        let mut c = Config::load(config.as_deref())?;
+        if let Some(addr) = &listen {
+            c.set_listen(addr)?;
+        }
+        Ok(c)
+    };
+    match rt.block_on(run(cfg, Reloader::new(cfg_for_reload, load))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e.to_string()),
     }
@@ -93,7 +103,8 @@ fn parse_args(args: &[String]) -> Result<Option<ServeArgs>, String> {
     }))
 }
 
-async fn run(cfg: Config) -> Result<(), ConfigError> {
+async fn run(cfg: Config, reloader: Reloader) -> Result<(), ConfigError> {
+    let signals = signals();
     let gateway = Gateway::new(&cfg).await?;
     let listener = tokio::net::TcpListener::bind(cfg.server.listen)
         .await
@@ -132,6 +143,6 @@ async fn run(cfg: Config) -> Result<(), ConfigError> {
     let _ = out.flush();
     drop(out);
     init_logging();
-    gateway.serve(listener, shutdown_signal()).await;
+    gateway.run(listener, signals, reloader, |_| {}).await;
     Ok(())
 }

@@ -90,6 +90,11 @@ pub struct ServerConfig {
     /// How long open streams may run on after SIGTERM/SIGINT. Default 30 s.
     #[serde(with = "units::duration")]
     pub shutdown_grace: Duration,
+    /// After SIGTERM: `/readyz` answers 503 this long, everything still
+    /// served, before the listener closes (so a load balancer's probe
+    /// sees it). Default 0 s.
+    #[serde(with = "units::duration")]
+    pub drain_delay: Duration,
     /// Largest request body; larger is a 413. Default 32 MiB.
     pub max_request_body: ByteSize,
     /// How long a client may take to send a request's headers (slow
@@ -104,6 +109,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             shutdown_grace: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
             max_request_body: ByteSize(32 << 20),
             header_read_timeout: Duration::from_secs(10),
         }
@@ -236,7 +242,7 @@ pub enum StoreName {
 }
 
 /// `[quota]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct QuotaConfig {
@@ -387,10 +393,7 @@ impl Config {
     /// `search.static.path`) relative to `folder` (the config file's);
     /// absolute paths and `""` (the bundled corpus) are kept.
     pub fn resolve_paths(&mut self, folder: &Path) {
-        for slot in [
-            &mut self.search.local.path,
-            &mut self.search.r#static.path,
-        ] {
+        for slot in [&mut self.search.local.path, &mut self.search.r#static.path] {
             if !slot.is_empty() && Path::new(slot.as_str()).is_relative() {
                 *slot = folder.join(slot.as_str()).to_string_lossy().into_owned();
             }

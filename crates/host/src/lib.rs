@@ -10,7 +10,8 @@
 //!   search → inject) and the values of the `x-citestream-*` headers;
 //! * [`errors`]: error bodies in the endpoint's shape (OpenAI or
 //!   Anthropic);
-//! * [`metrics`]: the Prometheus registry.
+//! * [`metrics`]: the Prometheus registry;
+//! * [`reload`]: the config reloaded on SIGHUP while serving.
 //!
 //! Hosts pass `http::HeaderMap`s (or raw header values) and `Bytes`; they
 //! own the server, the upstream connection and the response path, which
@@ -40,4 +41,5 @@ pub mod config;
 pub mod errors;
 pub mod grounding;
 pub mod metrics;
+pub mod reload;
 pub mod store;

@@ -322,6 +322,9 @@ fn relative_paths_resolve_against_the_config_files_folder() {
     );
     assert_eq!(c.search.local.path, "", "the bundled corpus stays");
     // No file: the working directory's, as written.
-    assert_eq!(Config::load(None).unwrap().search.r#static.path, "sources.json");
+    assert_eq!(
+        Config::load(None).unwrap().search.r#static.path,
+        "sources.json"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
