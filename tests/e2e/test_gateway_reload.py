@@ -96,24 +96,35 @@ def test_reload_under_load_keys_come_and_go(serve, tmp_path):
     cfg = gw.config_path
     results: list[int] = []
     lock = threading.Lock()
+    done = [0]  # reloads applied so far
 
     def client(n: int) -> None:
         with httpx.Client() as c:
             for _ in range(n):
+                # The load keeps pace with the reloads (at most 48 answers
+                # per reload ahead), so the two overlap from start to end.
+                while len(results) >= 48 * (done[0] + 1) and done[0] < 20:
+                    time.sleep(0.001)
                 r = ask(gw.url, STABLE, client=c)
                 ok = r.status_code == 200 and r.headers["x-citestream-search"] == "injected" \
                     and "[1]" in r.json()["choices"][0]["message"]["content"]
                 with lock:
                     results.append(r.status_code if ok else -r.status_code)
 
-    with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(8) as pool, httpx.Client() as probe_client:
         futures = [pool.submit(client, 125) for _ in range(8)]
         for v in range(1, 21):
+            # Spread the reloads over the load: reload v after 45 v answers.
+            deadline = time.monotonic() + 120
+            while len(results) < 45 * v and time.monotonic() < deadline:
+                time.sleep(0.002)
             cfg.write_text(toml_dumps(doc(sources, [STABLE, f"sk-v{v}"])))
+            during = len(results)
             hup(gw)
-            assert ask(gw.url, f"sk-v{v}").status_code == 200, f"version {v}'s key refused"
-            assert ask(gw.url, f"sk-v{v - 1}").status_code == 401, f"version {v - 1}'s key still works"
-        during = len(results)
+            done[0] = v
+            assert ask(gw.url, f"sk-v{v}", client=probe_client).status_code == 200, f"version {v}'s key refused"
+            assert ask(gw.url, f"sk-v{v - 1}", client=probe_client).status_code == 401, \
+                f"version {v - 1}'s key still works"
         for f in futures:
             f.result()
     assert during < 1000, "the load was over before the last reload: it did not overlap"
