@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine: installs what the tests need
-# (redis-server from Debian's packages; the Python SDK tests build their own
+# (redis-server and redis-cli from Debian's packages; the Python SDK tests build their own
 # virtualenv from PyPI), then runs every test, doc tests included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing redis-server (Debian package)" >&2
+# redis-cli (redis-tools) builds the Redis Cluster of the host's cluster tests.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing redis-server and redis-tools (Debian packages)" >&2
     if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >/dev/null
 fi
 command -v python3 >/dev/null 2>&1 || { echo "scripts/test.sh: python3 is required" >&2; exit 1; }
 

@@ -8,6 +8,14 @@
 //! (character offsets of each marker) and/or `citations` exactly where
 //! clients expect them, without delaying or altering anything else.
 //!
+//! The core does no I/O: it opens no socket, file or thread, runs no async
+//! runtime and spawns nothing; bytes and search results go in and come out
+//! through its methods, and the quota's futures are those of the store the
+//! caller passes. It reads the time only through the [`quota::Clock`] it is
+//! given ([`quota::SystemClock`] by default); servers, connections, the
+//! Redis store and the search providers are the hosts' (`citestream-host`,
+//! `citestream-search`).
+//!
 //! # Overview
 //!
 //! The modules follow the data path. A response: bytes → [`sse`] (events)
@@ -26,7 +34,7 @@
 //! | [`rewrite`] | the response rewriters: the streaming driver ([`SseRewriter`]), options, shared additions, [`chat`] and [`messages`] |
 //! | [`request`] | `web_search` detection and stripping, query extraction, source injection |
 //! | [`flow`] | one request through a gateway: inspect, reserve quota, search, commit or release, inject, response plan |
-//! | [`quota`] | the daily per-account search quota: in-memory and Redis stores |
+//! | [`quota`] | the daily per-account search quota: the store protocol, the in-memory store, clocks |
 //! | `stream` | `futures_core::Stream` adapters (feature `stream`) |
 //!
 //! # Example: rewriting a streamed chat completion
@@ -110,8 +118,6 @@
 //! # Crate features
 //!
 //! * `stream`: `citestream::stream`, `futures_core::Stream` adapters.
-//! * `redis`: `quota::RedisStore`, the daily quota shared by gateway
-//!   replicas through Redis.
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -1,9 +1,9 @@
-//! Daily search quota (SPEC section 4) with the in-memory store, and the
-//! request flow that ties inspection, quota and injection together.
+//! What only the in-memory quota store does (release on drop, pruning old
+//! days; the clauses every store shares are `tests/quota_contract.rs`), and
+//! the request flow that ties inspection, quota and injection together.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
 
 use citestream::flow::{Flow, Outcome};
 use citestream::quota::{
@@ -18,204 +18,20 @@ use serde_json::Value;
 const LAST_SECOND: u64 = 1_796_083_199;
 
 #[test]
-fn sixty_four_threads_racing_for_ten_commit_exactly_ten() {
-    let store = MemoryStore::new();
-    let barrier = Arc::new(Barrier::new(64));
-    let got = Arc::new(AtomicUsize::new(0));
-    let handles: Vec<_> = (0..64)
-        .map(|_| {
-            let (store, barrier, got) = (store.clone(), barrier.clone(), got.clone());
-            std::thread::spawn(move || {
-                barrier.wait();
-                if let Some(t) = store.reserve_now("acct", 10) {
-                    got.fetch_add(1, Ordering::SeqCst);
-                    std::thread::yield_now();
-                    assert!(store.commit_now(&t));
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
-    assert_eq!(got.load(Ordering::SeqCst), 10);
-    let today = utc_day(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs(),
-    );
-    assert_eq!(
-        store.usage_now("acct", today),
-        Usage {
-            committed: 10,
-            reserved: 0
-        }
-    );
-    assert!(store.reserve_now("acct", 10).is_none());
-}
-
-#[test]
-fn racing_with_releases_never_exceeds_the_limit() {
-    // Half of the searches find nothing: the freed slots go to others, and
-    // in the end exactly `limit` are committed.
-    let store = MemoryStore::new();
-    let barrier = Arc::new(Barrier::new(64));
-    let handles: Vec<_> = (0..64)
-        .map(|i| {
-            let (store, barrier) = (store.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                barrier.wait();
-                let mut committed = false;
-                for _ in 0..1000 {
-                    if let Some(t) = store.reserve_now("acct", 10) {
-                        if i % 2 == 0 {
-                            assert!(store.commit_now(&t));
-                            committed = true;
-                        } else {
-                            assert!(store.release_now(&t));
-                        }
-                        break;
-                    }
-                    std::thread::yield_now();
-                }
-                committed
-            })
-        })
-        .collect();
-    let n = handles
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .filter(|&c| c)
-        .count();
-    assert_eq!(n, 10);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sixty_four_tasks_through_the_async_trait() {
-    let store = Arc::new(MemoryStore::new());
-    let tasks: Vec<_> = (0..64)
-        .map(|_| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                match reserve(&*store, "acct", 10).await.unwrap() {
-                    Some(r) => {
-                        tokio::task::yield_now().await;
-                        r.commit().await.unwrap()
-                    }
-                    None => false,
-                }
-            })
-        })
-        .collect();
-    let mut n = 0;
-    for t in tasks {
-        n += usize::from(t.await.unwrap());
-    }
-    assert_eq!(n, 10);
-}
-
-#[test]
-fn release_on_nothing_found_frees_the_slot() {
-    let store = MemoryStore::with_clock(ManualClock::new(LAST_SECOND - 100));
-    let day = utc_day(LAST_SECOND);
-    let t = store.reserve_now("a", 1).unwrap();
-    assert!(store.reserve_now("a", 1).is_none());
-    assert_eq!(
-        store.usage_now("a", day),
-        Usage {
-            committed: 0,
-            reserved: 1
-        }
-    );
-    assert!(store.release_now(&t));
-    assert_eq!(store.usage_now("a", day), Usage::default());
-    let t2 = store.reserve_now("a", 1).unwrap();
-    assert!(store.commit_now(&t2));
-    assert!(store.reserve_now("a", 1).is_none());
-    // Accounts are counted separately.
-    assert!(store.reserve_now("b", 1).is_some());
-}
-
-#[test]
-fn idempotent_commit_and_release() {
-    let store = MemoryStore::new();
-    let t = store.reserve_now("a", 5).unwrap();
-    let day = t.day();
-    assert!(store.commit_now(&t));
-    assert!(!store.commit_now(&t));
-    assert!(!store.release_now(&t));
-    assert_eq!(
-        store.usage_now("a", day),
-        Usage {
-            committed: 1,
-            reserved: 0
-        }
-    );
-
-    let t = store.reserve_now("a", 5).unwrap();
-    assert!(store.release_now(&t));
-    assert!(!store.release_now(&t));
-    assert!(!store.commit_now(&t));
-    assert_eq!(
-        store.usage_now("a", day),
-        Usage {
-            committed: 1,
-            reserved: 0
-        }
-    );
-
-    // Unknown tickets change nothing.
-    assert!(!store.release_now(&Ticket::new("a", day, "999999")));
-    assert!(!store.commit_now(&Ticket::new("a", day, "not-a-number")));
-    assert!(!store.commit_now(&Ticket::new("zzz", day, "1")));
-    assert_eq!(
-        store.usage_now("a", day),
-        Usage {
-            committed: 1,
-            reserved: 0
-        }
-    );
-}
-
-#[test]
-fn limit_zero_never_reserves() {
-    let store = MemoryStore::new();
-    assert!(store.reserve_now("a", 0).is_none());
-}
-
-#[test]
-fn rollover_at_midnight_utc() {
+fn old_days_are_dropped_once_a_later_day_is_seen() {
     let clock = ManualClock::new(LAST_SECOND);
     let store = MemoryStore::with_clock(clock.clone());
     let day = utc_day(LAST_SECOND);
-    for _ in 0..3 {
-        let t = store.reserve_now("a", 3).unwrap();
-        assert!(store.commit_now(&t));
-    }
-    assert!(store.reserve_now("a", 3).is_none(), "used up at 23:59:59");
-    clock.advance(1); // 00:00:00 UTC
-    let t = store.reserve_now("a", 3).expect("new day, new count");
-    assert_eq!(t.day(), day + 1);
-    assert_eq!(store.usage_now("a", day).committed, 3);
-    assert_eq!(store.usage_now("a", day + 1).reserved, 1);
-    assert!(store.commit_now(&t));
-
-    // A reservation made at 23:59:59 and committed after midnight counts
-    // on its own day.
-    clock.set(LAST_SECOND + 86_400);
-    let open = store.reserve_now("a", 3).unwrap();
-    clock.advance(1);
-    assert!(store.commit_now(&open));
-    assert_eq!(store.usage_now("a", day + 1).committed, 2);
-    assert_eq!(store.usage_now("a", day + 2).committed, 0);
-
-    // Old days are dropped once a later day is seen.
-    assert!(store.entries() >= 2);
+    assert!(store.commit_now(&store.reserve_now("a", 3).unwrap()));
+    clock.advance(1); // 00:00:00 UTC: yesterday is kept (late commits)
+    assert!(store.commit_now(&store.reserve_now("a", 3).unwrap()));
+    assert_eq!(store.entries(), 2);
+    assert_eq!(store.usage_now("a", day).committed, 1);
     clock.advance(3 * 86_400);
     let _ = store.reserve_now("a", 3).unwrap();
     assert_eq!(store.entries(), 1);
     assert_eq!(store.usage_now("a", day).committed, 0);
+    assert_eq!(store.usage_now("a", day + 1).committed, 0);
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 //!
 //! One copy of each piece of logic: the config file format, `${VAR}` and
 //! the `CITESTREAM_*` overrides ([`citestream_host::config::Config::load`]),
-//! accounts and auth, the quota stores (memory, Redis, with the core's own
+//! accounts and auth, the quota stores (memory, Redis, with citestream-host's
 //! Redis scripts), the search providers (`citestream-search`), injection and
 //! the rewrite options are all the Rust crates'. This module only owns a
 //! tokio runtime to run them on and converts values to Python.

@@ -23,7 +23,7 @@ struct State {
 
 /// An in-process quota store: one mutex-protected map, thread-safe, for a
 /// single gateway process (counts are lost on restart and not shared with
-/// other replicas; use `RedisStore` for that).
+/// other replicas; `citestream-host`'s Redis store is shared).
 ///
 /// Entries of days before yesterday are dropped as soon as the clock shows
 /// a new day, so memory stays bounded by the accounts active in the last

@@ -16,8 +16,9 @@
 //! time, and a reservation commits into the day it was made on.
 //!
 //! Stores implement [`QuotaStore`]: [`MemoryStore`] (in-process, usable
-//! from sync code too) and, with the `redis` feature, `RedisStore` (shared
-//! by gateway replicas).
+//! from sync code too) here; stores that talk to a server (the Redis store
+//! shared by gateway replicas) live in the hosts (`citestream-host`'s
+//! `store` module), so the core opens no connection.
 //!
 //! # Example
 //! ```
@@ -43,12 +44,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 mod memory;
-#[cfg(feature = "redis")]
-mod redis;
 
 pub use memory::MemoryStore;
-#[cfg(feature = "redis")]
-pub use redis::{RedisConfig, RedisStore};
 
 /// Seconds in a day.
 pub const SECS_PER_DAY: u64 = 86_400;
@@ -355,30 +352,6 @@ pub async fn reserve<'s, S: QuotaStore>(
         .map(|t| Reservation::new(store, t)))
 }
 
-/// A process-unique, hard-to-guess reservation id (128 bits, hex), also
-/// unique across processes with overwhelming probability: it mixes a
-/// per-process random seed (std's `RandomState`), the time, the process id
-/// and a counter.
-#[cfg(feature = "redis")]
-pub(crate) fn new_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let c = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut parts = [0u64; 2];
-    for (i, p) in parts.iter_mut().enumerate() {
-        let mut h = std::hash::RandomState::new().build_hasher();
-        h.write_u64(c);
-        h.write_u128(nanos);
-        h.write_u32(std::process::id());
-        h.write_usize(i);
-        *p = h.finish();
-    }
-    format!("{:016x}{:016x}", parts[0], parts[1])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,14 +362,5 @@ mod tests {
         assert_eq!(civil_date(utc_day(951_782_400)), (2000, 2, 29));
         assert_eq!(civil_date(utc_day(1_796_083_199)), (2026, 11, 30));
         assert_eq!(civil_date(utc_day(1_796_083_200)), (2026, 12, 1));
-    }
-
-    #[cfg(feature = "redis")]
-    #[test]
-    fn ids_differ() {
-        let a = new_id();
-        let b = new_id();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 32);
     }
 }

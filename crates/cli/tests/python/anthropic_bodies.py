@@ -119,7 +119,7 @@ class AnthropicBodies(unittest.TestCase):
             with self.subTest(mutant=what):
                 bad = mutate(good)
                 self.assertNotEqual(bad, good, what)
-                globals()["rewrite"] = lambda *a, **k: bad
+                globals()["rewrite"] = lambda *a, bad=bad, **k: bad
                 try:
                     with self.assertRaises(AssertionError, msg=f"checks accepted a body with {what}"):
                         self.check_body(f"lisbon ({what})", upstream)

@@ -10,7 +10,6 @@ import json
 import sys
 import unittest
 
-import openai
 from openai.types.chat.chat_completion_message import Annotation
 
 import chat_checks as cc

@@ -1,117 +1,28 @@
 //! The Redis quota store against a real `redis-server` that each test
 //! starts on a free loopback port (and kills when done): what only this
 //! store does (replicas sharing one server, key expiry, leases, Redis going
-//! away). The clauses every store shares are in `tests/quota_contract.rs`.
+//! away). The clauses every store shares are in `quota_contract.rs`.
 //!
 //! These tests need `redis-server` on PATH (Debian package `redis-server`;
-//! `.ci/run` installs it). Without it they FAIL: they are never skipped.
-#![cfg(feature = "redis")]
+//! `scripts/test.sh` installs it). Without it they FAIL: they are never
+//! skipped.
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use citestream::flow::{Flow, Outcome};
-use citestream::quota::{
-    ManualClock, QuotaErrorKind, QuotaStore, RedisConfig, RedisStore, Usage, reserve, utc_day,
-};
+use citestream::quota::{ManualClock, QuotaErrorKind, QuotaStore, Usage, reserve, utc_day};
 use citestream::request::{Endpoint, InjectOptions};
 use citestream::sources::Source;
+use citestream_host::store::{RedisConfig, RedisStore};
+use common::RedisServer;
 
 /// 2100-01-01 00:00:00 UTC minus one second: a day in the future, so keys
 /// expiring at the end of the (fake) day are not already expired on the
 /// server's real clock.
 const LAST_SECOND: u64 = 4_102_444_799;
-
-/// A `redis-server` child process on 127.0.0.1, killed on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = {
-            let l = TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port");
-            l.local_addr().unwrap().port()
-        };
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args([
-                "--protected-mode",
-                "yes",
-                "--daemonize",
-                "no",
-                "--loglevel",
-                "warning",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start `redis-server` ({e}): these tests need it on PATH \
-                     (Debian/Ubuntu: apt-get install -y redis-server); they are not skipped"
-                )
-            });
-        let mut server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("redis-server exited at startup with {status}");
-            }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not listen on port {port} within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn store(&self, clock: ManualClock) -> RedisStore {
-        self.store_with(clock, RedisConfig::default())
-    }
-
-    fn store_with(&self, clock: ManualClock, config: RedisConfig) -> RedisStore {
-        let client = redis::Client::open(self.url()).unwrap();
-        RedisStore::with_config(client, config, clock)
-    }
-
-    fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> T {
-        let mut c = redis::Client::open(self.url())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        cmd.query(&mut c).unwrap()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn clock() -> ManualClock {
     ManualClock::new(LAST_SECOND - 3600)
@@ -156,46 +67,6 @@ async fn two_replicas_sharing_one_redis_never_exceed_the_limit() {
     );
     assert!(b.try_reserve("acct", 10).await.unwrap().is_none());
     assert!(a.try_reserve("acct", 10).await.unwrap().is_none());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_with_releases_commits_exactly_the_limit() {
-    let server = RedisServer::start();
-    let c = clock();
-    let stores = [server.store(c.clone()), server.store(c.clone())];
-    let committed = Arc::new(AtomicUsize::new(0));
-    let handles: Vec<_> = (0..40)
-        .map(|i| {
-            let store = stores[i % 2].clone();
-            let committed = committed.clone();
-            tokio::spawn(async move {
-                for _ in 0..2000 {
-                    if let Some(r) = reserve(&store, "acct", 5).await.unwrap() {
-                        if i % 2 == 0 {
-                            assert!(r.commit().await.unwrap());
-                            committed.fetch_add(1, Ordering::SeqCst);
-                        } else {
-                            assert!(r.release().await.unwrap());
-                        }
-                        return;
-                    }
-                    tokio::task::yield_now().await;
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.await.unwrap();
-    }
-    assert_eq!(committed.load(Ordering::SeqCst), 5);
-    let u = stores[0].usage("acct", utc_day(LAST_SECOND)).await.unwrap();
-    assert_eq!(
-        u,
-        Usage {
-            committed: 5,
-            reserved: 0
-        }
-    );
 }
 
 #[tokio::test]

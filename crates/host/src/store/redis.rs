@@ -1,16 +1,18 @@
-//! The Redis quota store (feature `redis`).
+//! The Redis quota store: [`RedisStore`], shared by every gateway replica
+//! on one server.
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError, Script};
 
-use super::{
+use citestream::quota::{
     Clock, QuotaError, QuotaErrorKind, QuotaStore, SECS_PER_DAY, SystemClock, Ticket, Usage,
-    civil_date, new_id, utc_day,
+    civil_date, utc_day,
 };
 
 /// Check-and-reserve, atomically (one script, one key).
@@ -93,7 +95,7 @@ impl RedisConfig {
 
     /// How long an open reservation holds its slot when it is neither
     /// committed nor released (a crashed gateway, a dropped
-    /// [`super::Reservation`]). Keep it well above the search timeout: a
+    /// [`citestream::quota::Reservation`]). Keep it well above the search timeout: a
     /// commit after the lease ran out and another reservation took the slot
     /// is a no-op (the search is then not counted, so the limit still holds).
     pub fn lease(&mut self, lease: Duration) -> &mut Self {
@@ -142,7 +144,7 @@ impl RedisConfig {
 /// returns a [`QuotaError`] of kind [`QuotaErrorKind::Unavailable`] within
 /// the configured timeouts, and the gateway answers without search.
 ///
-/// Dropping an unfinished [`super::Reservation`] cannot release it without
+/// Dropping an unfinished [`citestream::quota::Reservation`] cannot release it without
 /// awaiting, so the slot is freed when its lease ends
 /// ([`RedisConfig::lease`]); release explicitly to free it at once.
 ///
@@ -151,7 +153,8 @@ impl RedisConfig {
 /// # Example
 /// ```no_run
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use citestream::quota::{reserve, RedisStore};
+/// use citestream::quota::reserve;
+/// use citestream_host::store::RedisStore;
 ///
 /// let store = RedisStore::open("redis://127.0.0.1:6379/").expect("valid URL");
 /// match reserve(&store, "acct-1", 100).await {
@@ -348,5 +351,41 @@ impl QuotaStore for RedisStore {
         day: u64,
     ) -> impl Future<Output = Result<Usage, QuotaError>> + Send {
         self.usage_impl(account, day)
+    }
+}
+
+/// A process-unique, hard-to-guess reservation id (128 bits, hex), also
+/// unique across processes with overwhelming probability: it mixes a
+/// per-process random seed (std's `RandomState`), the time, the process id
+/// and a counter.
+fn new_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let c = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut parts = [0u64; 2];
+    for (i, p) in parts.iter_mut().enumerate() {
+        let mut h = std::hash::RandomState::new().build_hasher();
+        h.write_u64(c);
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        h.write_usize(i);
+        *p = h.finish();
+    }
+    format!("{:016x}{:016x}", parts[0], parts[1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_id;
+
+    #[test]
+    fn ids_differ() {
+        let a = new_id();
+        let b = new_id();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 32);
     }
 }

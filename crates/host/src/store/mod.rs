@@ -15,9 +15,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use citestream::quota::{
-    Clock, MemoryStore, QuotaError, QuotaErrorKind, QuotaStore, RedisConfig, RedisStore, Ticket,
-    Usage,
+    Clock, MemoryStore, QuotaError, QuotaErrorKind, QuotaStore, Ticket, Usage,
 };
+
+mod redis;
+
+pub use self::redis::{RedisConfig, RedisStore};
 
 use crate::config::{Config, ConfigError, StoreName};
 
@@ -71,8 +74,8 @@ impl Store {
     }
 }
 
-fn redis_client(url: &str) -> Result<redis::Client, ConfigError> {
-    redis::Client::open(url)
+fn redis_client(url: &str) -> Result<::redis::Client, ConfigError> {
+    ::redis::Client::open(url)
         .map_err(|e| ConfigError::new("quota.redis_url", format!("invalid Redis URL {url:?}: {e}")))
 }
 
