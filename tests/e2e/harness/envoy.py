@@ -118,6 +118,7 @@ class ExtProc(_Proc):
         proc, tmp = _spawn([citestream_bin(), "ext-proc", "--config", str(cfg), "--listen", f"127.0.0.1:{port}"],
                            "citestream-ext-proc-", env)
         p = cls(proc, port, tmp)
+        p.config_path = cfg  # rewritten by reload tests (SIGHUP)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
