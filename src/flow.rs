@@ -1,5 +1,6 @@
 //! One request through an embedding gateway: inspect, reserve, (the caller
-//! searches), commit or release, inject.
+//! searches), inject, and the reservation handed on to be committed or
+//! released on the upstream's answer.
 //!
 //! The flow does no I/O of its own except through the [`QuotaStore`] it is
 //! given; the caller runs the search and sends the result upstream.
@@ -16,6 +17,14 @@
 //! search failed, the body goes upstream without sources (only
 //! `web_search` removed) and `plan` is `None`: the response passes through
 //! untouched.
+//!
+//! Quota: a search that found nothing or failed is released here. A search
+//! whose sources were injected is **not** committed here: it stays
+//! reserved in [`Prepared::reservation`], and the caller commits it when
+//! the upstream accepts the grounded request (a 2xx status) and releases
+//! it otherwise (an error status, no answer, the client gone); dropping
+//! it releases it. A reserved search counts as used meanwhile, so
+//! concurrent requests never exceed the limit.
 //!
 //! # Example
 //! ```
@@ -38,6 +47,8 @@
 //!     })
 //!     .await;
 //! assert!(prepared.plan.is_some());
+//! // The upstream answered 2xx: the search counts.
+//! prepared.reservation.unwrap().commit().await.unwrap();
 //! # });
 //! ```
 
@@ -85,14 +96,45 @@ pub enum Outcome {
     NothingFound,
     /// The search failed (the reservation was released).
     SearchFailed,
-    /// Sources were injected (and the search committed).
+    /// Sources were injected (the search is reserved until the upstream
+    /// answers).
     Injected,
+}
+
+impl Outcome {
+    /// Every outcome, in a fixed order (for tables indexed by outcome).
+    pub const ALL: [Outcome; 7] = [
+        Outcome::NotRequested,
+        Outcome::NoQuery,
+        Outcome::Injected,
+        Outcome::NothingFound,
+        Outcome::SearchFailed,
+        Outcome::QuotaExhausted,
+        Outcome::QuotaUnavailable,
+    ];
+
+    /// The outcome's name, as the hosts' `x-citestream-search` header and
+    /// `search` metric label spell it: `not-requested`, `no-query`,
+    /// `injected`, `nothing-found`, `failed`, `quota-exhausted`,
+    /// `quota-unavailable`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::NotRequested => "not-requested",
+            Outcome::NoQuery => "no-query",
+            Outcome::Injected => "injected",
+            Outcome::NothingFound => "nothing-found",
+            Outcome::SearchFailed => "failed",
+            Outcome::QuotaExhausted => "quota-exhausted",
+            Outcome::QuotaUnavailable => "quota-unavailable",
+        }
+    }
 }
 
 /// The end of a [`Flow`]: what to send upstream and how to treat the
 /// response.
-#[derive(Clone, Debug)]
-pub struct Prepared {
+#[derive(Debug)]
+pub struct Prepared<'s, S: QuotaStore> {
     /// The body to forward upstream (without `web_search`; with sources
     /// when `plan` is `Some`).
     pub body: Bytes,
@@ -104,6 +146,10 @@ pub struct Prepared {
     /// Quota store errors met on the way, to report (log, metrics). They
     /// never fail the request.
     pub errors: Vec<QuotaError>,
+    /// The search the injected sources used, still reserved (`Some` exactly
+    /// when `plan` is): commit it when the upstream answers 2xx, release it
+    /// otherwise. Dropping it releases it.
+    pub reservation: Option<Reservation<'s, S>>,
 }
 
 /// A request between inspection and the search. Created by
@@ -183,20 +229,22 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
         &self.errors
     }
 
-    fn pass(self, outcome: Outcome, errors: Vec<QuotaError>) -> Prepared {
+    fn pass(self, outcome: Outcome, errors: Vec<QuotaError>) -> Prepared<'s, S> {
         Prepared {
             body: self.inspection.into_body(),
             plan: None,
             outcome,
             errors,
+            reservation: None,
         }
     }
 
     /// Ends the flow with the search results. With at least one source, the
-    /// sources are injected and the search committed; with none, the
-    /// reservation is released and the body passes without sources. When no
-    /// search was pending ([`Flow::query`] was `None`), `found` is ignored.
-    pub async fn finish(mut self, found: Vec<Source>, options: &InjectOptions) -> Prepared {
+    /// sources are injected and the reservation handed on in
+    /// [`Prepared::reservation`]; with none, the reservation is released and
+    /// the body passes without sources. When no search was pending
+    /// ([`Flow::query`] was `None`), `found` is ignored.
+    pub async fn finish(mut self, found: Vec<Source>, options: &InjectOptions) -> Prepared<'s, S> {
         let Some(r) = self.reservation.take() else {
             let (o, e) = (self.outcome, std::mem::take(&mut self.errors));
             return self.pass(o, e);
@@ -212,12 +260,6 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
         let i = &self.inspection;
         match inject(i.endpoint(), i.body(), &sources, options) {
             Ok(body) => {
-                // A commit error leaves the slot reserved until the store
-                // frees it; the search ran within the limit, so the sources
-                // are still used.
-                if let Err(e) = r.commit().await {
-                    errors.push(e);
-                }
                 let plan = ResponsePlan {
                     endpoint: i.endpoint(),
                     sources: Arc::new(sources),
@@ -230,6 +272,7 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
                     plan: Some(plan),
                     outcome: Outcome::Injected,
                     errors,
+                    reservation: Some(r),
                 }
             }
             Err(_) => {
@@ -243,7 +286,7 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
 
     /// Ends the flow after a failed search (error, timeout): the
     /// reservation is released and the body passes without sources.
-    pub async fn fail(mut self) -> Prepared {
+    pub async fn fail(mut self) -> Prepared<'s, S> {
         let mut errors = std::mem::take(&mut self.errors);
         match self.reservation.take() {
             Some(r) => {
@@ -262,7 +305,7 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
     /// Runs `search` on the query when one is pending, then
     /// [`Flow::finish`] or [`Flow::fail`]. `search` is not called when no
     /// search is pending.
-    pub async fn run<F, Fut, E>(self, options: &InjectOptions, search: F) -> Prepared
+    pub async fn run<F, Fut, E>(self, options: &InjectOptions, search: F) -> Prepared<'s, S>
     where
         F: FnOnce(SearchQuery) -> Fut,
         Fut: Future<Output = Result<Vec<Source>, E>>,

@@ -140,9 +140,9 @@ pub mod sse;
 pub mod stream;
 
 pub use cite::{Marker, MarkerTracker, OffsetUnit};
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, ParseEndpointError};
 pub use rewrite::{
     ChatStream, MAX_CHOICES, MessagesStream, RewriteOptions, Rewriter, SseRewriter, StreamRewriter,
     chat, messages,
 };
-pub use sources::{Dialect, Source, Sources, SourcesError};
+pub use sources::{Dialect, ParseDialectError, Source, Sources, SourcesError};

@@ -17,7 +17,9 @@
 
 use std::fmt;
 
-use serde::Deserialize;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
 
 use crate::json::push_json_str;
 
@@ -25,23 +27,36 @@ use crate::json::push_json_str;
 ///
 /// Deserializes from a JSON object; unknown members are ignored, and `year`
 /// and `reference` also accept a JSON number (kept as its decimal text).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+/// Serializes to the same object, absent fields left out.
+///
+/// ```
+/// let s: citestream::Source = serde_json::from_str(r#"{"title":"T","year":1999,"x":1}"#).unwrap();
+/// assert_eq!(serde_json::to_string(&s).unwrap(), r#"{"title":"T","year":"1999"}"#);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Source {
     /// Title of the page or document.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// URL of the page or document.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// The snippet or passage the model read.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     /// Nearest heading of the passage.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub heading: Option<String>,
     /// Author of the document.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub author: Option<String>,
     /// Year of publication.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "string_or_number")]
     pub year: Option<String>,
     /// A reference inside the document, e.g. a paragraph number.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "string_or_number")]
     pub reference: Option<String>,
 }
@@ -90,6 +105,64 @@ impl Dialect {
 impl Default for Dialect {
     fn default() -> Self {
         Dialect::SOURCES
+    }
+}
+
+impl Dialect {
+    /// The dialect's name, as `rewrite.dialect`, `--dialect` and the Python
+    /// `dialect=` spell it: `"sources"`, `"citations"` or `"both"` (`"none"`
+    /// for neither, which no name parses to).
+    ///
+    /// ```
+    /// use citestream::Dialect;
+    /// assert_eq!("both".parse::<Dialect>(), Ok(Dialect::BOTH));
+    /// assert_eq!(Dialect::default().to_string(), "sources");
+    /// assert!("Both".parse::<Dialect>().is_err());
+    /// ```
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match (self.sources, self.citations) {
+            (true, false) => "sources",
+            (false, true) => "citations",
+            (true, true) => "both",
+            (false, false) => "none",
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Error returned when parsing a [`Dialect`] from a string other than
+/// `sources`, `citations` or `both`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParseDialectError {
+    _private: (),
+}
+
+impl fmt::Display for ParseDialectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unknown dialect (expected sources, citations or both)")
+    }
+}
+
+impl std::error::Error for ParseDialectError {}
+
+impl FromStr for Dialect {
+    type Err = ParseDialectError;
+
+    /// Parses `sources`, `citations` or `both` (exactly, lowercase).
+    ///
+    /// # Errors
+    /// [`ParseDialectError`] for any other string.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Dialect::SOURCES, Dialect::CITATIONS, Dialect::BOTH]
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or(ParseDialectError { _private: () })
     }
 }
 

@@ -35,7 +35,6 @@ use citestream::flow::ResponsePlan;
 use citestream_host::config::Config;
 
 use crate::errors::{ConfigError, RequestError, bytes_arg};
-use crate::request::endpoint_name;
 use crate::rewrite::{PySources, endpoint_arg, rewriter_object};
 
 /// The request side of a config file: auth, quota, search, injection.
@@ -92,7 +91,18 @@ impl Grounding {
         let ep = endpoint_arg(endpoint)?;
         let headers = header_map(headers)?;
         let g = self.inner.clone();
-        let r = py.detach(|| self.rt.block_on(g.prepare(ep, &headers, body)));
+        let r = py.detach(|| {
+            self.rt.block_on(async {
+                let mut r = g.prepare(ep, &headers, body).await;
+                // The callback does not see the upstream's status yet: the
+                // search counts as soon as the sources are injected.
+                let pending = r.as_mut().ok().and_then(|p| p.pending.take());
+                if let Some(s) = pending {
+                    let _ = s.commit().await;
+                }
+                r
+            })
+        });
         match r {
             Ok(p) => Ok(Grounded {
                 body: PyBytes::new(py, &p.body).unbind(),
@@ -131,12 +141,7 @@ impl Grounding {
     /// `both`.
     #[getter]
     fn dialect(&self) -> &'static str {
-        let d = self.inner.rewrite_options().get_dialect();
-        match (d.sources, d.citations) {
-            (true, true) => "both",
-            (false, true) => "citations",
-            _ => "sources",
-        }
+        self.inner.rewrite_options().get_dialect().as_str()
     }
 }
 
@@ -242,7 +247,7 @@ impl Grounded {
     /// The endpoint (`chat` or `messages`) of the plan, or `None`.
     #[getter]
     fn endpoint(&self) -> Option<&'static str> {
-        self.plan.as_ref().map(|p| endpoint_name(p.endpoint))
+        self.plan.as_ref().map(|p| p.endpoint.as_str())
     }
 
     /// A new streaming rewriter for the response (`ChatRewriter` or

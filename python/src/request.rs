@@ -55,13 +55,6 @@ impl Inspection {
     }
 }
 
-pub(crate) fn endpoint_name(e: citestream::Endpoint) -> &'static str {
-    match e {
-        citestream::Endpoint::ChatCompletions => "chat",
-        citestream::Endpoint::Messages => "messages",
-    }
-}
-
 /// Validates a request body, reads and removes `web_search`, extracts the
 /// search query.
 ///
@@ -88,7 +81,7 @@ fn inspect(py: Python<'_>, body: &Bound<'_, PyAny>, endpoint: &str) -> PyResult<
         None => (None, Vec::new()),
     };
     Ok(Inspection {
-        endpoint: endpoint_name(ep),
+        endpoint: ep.as_str(),
         web_search: i.web_search(),
         body: PyBytes::new(py, i.body()).unbind(),
         query,

@@ -132,16 +132,11 @@ pub(crate) fn options(
     n: i64,
     only_cited: bool,
 ) -> PyResult<RewriteOptions> {
-    let d = match dialect {
-        "sources" => Dialect::SOURCES,
-        "citations" => Dialect::CITATIONS,
-        "both" => Dialect::BOTH,
-        other => {
-            return Err(CitestreamError::new_err(format!(
-                "dialect must be 'sources', 'citations' or 'both', not {other:?}"
-            )));
-        }
-    };
+    let d: Dialect = dialect.parse().map_err(|_| {
+        CitestreamError::new_err(format!(
+            "dialect must be 'sources', 'citations' or 'both', not {dialect:?}"
+        ))
+    })?;
     let o: OffsetUnit = offsets.parse().map_err(|_| {
         CitestreamError::new_err(format!(
             "offsets must be 'chars', 'utf16' or 'bytes', not {offsets:?}"
@@ -164,9 +159,7 @@ fn drive<R: StreamRewriter + Send>(py: Python<'_>, r: &mut R, input: Option<Byte
             None => r.finish(),
         }
         let mut out = Vec::new();
-        while let Some(b) = r.next_output() {
-            out.extend_from_slice(&b);
-        }
+        r.drain_into(&mut out);
         out
     };
     if large {
@@ -304,15 +297,19 @@ pub(crate) fn rewriter_object(py: Python<'_>, r: citestream::Rewriter) -> PyResu
     })
 }
 
-/// Parses `chat` / `messages`.
+/// Parses an endpoint name (`chat`, `messages`).
 pub(crate) fn endpoint_arg(endpoint: &str) -> PyResult<citestream::Endpoint> {
-    match endpoint {
-        "chat" => Ok(citestream::Endpoint::ChatCompletions),
-        "messages" => Ok(citestream::Endpoint::Messages),
-        other => Err(CitestreamError::new_err(format!(
-            "endpoint must be 'chat' or 'messages', not {other:?}"
-        ))),
-    }
+    endpoint.parse().map_err(|_| {
+        let names: Vec<String> = citestream::Endpoint::ALL
+            .iter()
+            .map(|e| format!("'{e}'"))
+            .collect();
+        let (last, rest) = names.split_last().expect("at least one endpoint");
+        CitestreamError::new_err(format!(
+            "endpoint must be {} or {last}, not {endpoint:?}",
+            rest.join(", ")
+        ))
+    })
 }
 
 /// Rewrites a whole (non-streamed) response body. Bodies the rewriter does

@@ -173,9 +173,16 @@ pub struct Inspection {
     stream: bool,
     n: u32,
     include_usage: bool,
+    model: Option<String>,
 }
 
 impl Inspection {
+    /// The top-level `model` when it is a JSON string (decoded; for logs).
+    #[must_use]
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
     /// The endpoint the body was inspected for.
     #[must_use]
     pub fn endpoint(&self) -> Endpoint {
@@ -294,6 +301,12 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
                 json::find(b, &so, "include_usage").is_some_and(|iu| iu.value_in(b) == b"true")
             });
 
+    let model = json::find(b, &ms, "model").and_then(|m| {
+        let v = m.value_in(b);
+        let inner = v.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+        Some(json::decode_str(inner).into_owned())
+    });
+
     let query = if web_search {
         extract_query(endpoint, b, &ms)
     } else {
@@ -321,6 +334,7 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
         stream,
         n,
         include_usage,
+        model,
     })
 }
 

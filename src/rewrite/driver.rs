@@ -89,6 +89,13 @@ pub trait StreamRewriter {
     /// Ends the input; the rest of the output becomes available from
     /// `next_output`.
     fn finish(&mut self);
+    /// Drains every piece of output ready now onto `out` (for callers that
+    /// want bytes rather than pieces; each piece is copied once).
+    fn drain_into(&mut self, out: &mut Vec<u8>) {
+        while let Some(b) = self.next_output() {
+            out.extend_from_slice(&b);
+        }
+    }
 }
 
 /// What a streaming rewriter does with each frame; [`SseRewriter`] does

@@ -127,11 +127,27 @@ def test_missing_or_unknown_key_is_a_401(keys_gw, replay, path, key):
         assert err["error"]["type"] == "invalid_request_error" and err["error"]["code"] == "invalid_api_key"
         assert err["error"]["param"] is None and err["error"]["message"]
     assert replay.exchanges() == []
-    # Either header works for either endpoint; the client's own key goes upstream.
+    # Either header works for either endpoint; the client's gateway key
+    # never goes upstream.
     for hdrs in ({"authorization": f"Bearer {KEY}"}, {"x-api-key": KEY}):
         assert_still_serving(keys_gw, replay, path, hdrs)
-        (k, v), = hdrs.items()
-        assert replay.exchanges()[0].header(k) == v
+        ex = replay.exchanges()[0]
+        assert ex.header("authorization") is None and ex.header("x-api-key") is None, ex.headers
+        assert KEY not in json.dumps(ex.headers)
+
+
+@pytest.mark.parametrize("forward", [False, True])
+def test_keys_mode_forwards_the_clients_key_only_when_configured(serve, replay, sources, forward):
+    gw = serve(_config(
+        replay, sources, auth={"mode": "keys"}, upstream={"forward_client_auth": forward},
+        accounts=[{"id": "acme", "plan": "default", "keys": ["sha256:" + hashlib.sha256(KEY.encode()).hexdigest()]}]))
+    for path in (CHAT, MESSAGES, "/v1/models"):
+        replay.clear()
+        status, _, _ = raw_post(gw.url + path, client_body(CHAT, f"replay:{FIX[CHAT]}", True)[0]
+                                if path == "/v1/models" else client_body(path, f"replay:{FIX[path]}", True)[0],
+                                {"authorization": f"Bearer {KEY}"})
+        (ex,) = replay.exchanges()
+        assert ex.header("authorization") == (f"Bearer {KEY}" if forward else None), (path, ex.headers)
 
 
 def test_configured_upstream_key_replaces_the_clients(serve, replay, sources):

@@ -1,36 +1,33 @@
-//! One HTTP exchange (request and response) as Envoy's `ext_proc` filter
-//! presents it: one gRPC stream of `ProcessingRequest`s, each answered
-//! here.
+//! One HTTP exchange as Envoy's `ext_proc` filter presents it: one gRPC
+//! stream of `ProcessingRequest`s, each answered here by driving the
+//! request's `citestream_host::exchange::Exchange`, which makes every
+//! decision; this module only translates messages.
 //!
 //! ```text
-//! request_headers ─► endpoint from :method + :path; auth (401 now, in the endpoint's shape)
-//! request_body    ─► (BUFFERED) Grounding::prepare: 400/401 as an immediate response,
-//!                    else the new body + content-length (+ accept-encoding: identity
-//!                    when the response may be rewritten)
-//! response_headers ► status; x-citestream-search / -searches-remaining; choose
-//!                    Pass | Stream (text/event-stream) | Whole (JSON); drop content-length
-//! response_body   ─► crate::response (STREAMED or FULL_DUPLEX_STREAMED)
+//! request_headers ─► Exchange::new; grounded: authenticate (401 now, as an immediate response);
+//!                    proxied (/v1/…): on_request → the key edits; not ours: pass-through mode
+//! request_body    ─► (BUFFERED) on_request(body): 400/401/413 as an immediate response,
+//!                    else the new body + the exchange's header edits
+//! response_headers ► on_response_headers(status, headers): its edits
+//! response_body   ─► on_response_body + next_output, packed by crate::response
+//!                    (STREAMED or FULL_DUPLEX_STREAMED)
 //! trailers        ─► unchanged (FULL_DUPLEX: the body ends first)
 //! ```
 //!
-//! Requests that are not `POST /v1/chat/completions` or
-//! `POST /v1/messages` pass through; under `/v1/` they are authenticated
-//! first, as `citestream serve` does. A response is rewritten only when
-//! sources were injected, its status is 2xx and it is not compressed
-//! (a compressed body passes through untouched, never corrupted).
+//! Proxied and not-ours requests ask Envoy (with `allow_mode_override`)
+//! not to send their bodies; without it their bodies pass through the
+//! exchange unchanged.
 //!
 //! Input that makes no sense (a body before its headers, a second request
-//! body in `STREAMED` request mode, unknown messages) is passed through, never
-//! an error: the exchange and the process keep going.
+//! body in `STREAMED` request mode, unknown messages) is passed through,
+//! never an error: the exchange and the process keep going. Envoy ending
+//! the stream drops the exchange (a reserved search is released).
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use citestream::flow::ResponsePlan;
-use citestream::request::Endpoint;
-use citestream_host::errors::ErrorReply;
+use bytes::Bytes;
+use citestream_host::exchange::{BodyError, Exchange, Handling, RequestHead};
 use citestream_host::grounding::Grounding;
-use citestream_host::metrics::{EndpointLabel, OpenStream, SearchLabel};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
     BodySendMode, HeaderSendMode,
@@ -40,53 +37,32 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
 
-use crate::proto::{self, Chunk, HeaderEdits, Headers};
-use crate::response::{BodyMode, ResponseBody};
+use crate::proto::{self, Chunk, Headers};
+use crate::response::{self, BodyMode};
+use citestream_host::exchange::HeaderEdits;
 
-/// What the request side decided, kept for the response.
+/// One gRPC stream (see the module docs).
 #[derive(Debug)]
-struct Decided {
-    plan: Option<ResponsePlan>,
-    search: &'static str,
-    remaining: Option<String>,
-    account: String,
-}
-
-/// One exchange (see the module docs).
-#[derive(Debug)]
-pub(crate) struct Exchange {
+pub(crate) struct Session {
     grounding: Arc<Grounding>,
     mode: BodyMode,
-    /// Largest whole JSON response held for rewriting.
-    body_limit: usize,
-    endpoint: Option<Endpoint>,
-    path: String,
-    headers: http::HeaderMap,
-    decided: Option<Decided>,
-    status: u16,
-    response: ResponseBody,
-    /// When the request went upstream (for the upstream latency metric).
-    sent: Option<Instant>,
-    /// Counts this exchange in `citestream_open_streams` while its
-    /// response is being rewritten.
-    open: Option<OpenStream>,
+    exchange: Option<Exchange>,
+    /// The request went upstream unprocessed (request body not
+    /// buffered): everything after passes.
+    bypass: bool,
+    /// The request body has been handled.
+    requested: bool,
 }
 
-impl Exchange {
-    /// A new exchange; `body_limit` bounds a held JSON response.
-    pub(crate) fn new(grounding: Arc<Grounding>, body_limit: usize) -> Exchange {
-        Exchange {
+impl Session {
+    /// A new session.
+    pub(crate) fn new(grounding: Arc<Grounding>) -> Session {
+        Session {
             grounding,
             mode: BodyMode::Streamed,
-            body_limit,
-            endpoint: None,
-            path: String::new(),
-            headers: http::HeaderMap::new(),
-            decided: None,
-            status: 0,
-            response: ResponseBody::Pass,
-            sent: None,
-            open: None,
+            exchange: None,
+            bypass: false,
+            requested: false,
         }
     }
 
@@ -108,10 +84,10 @@ impl Exchange {
             Some(Request::RequestHeaders(h)) => Some(self.request_headers(&h).await),
             Some(Request::RequestBody(b)) => Some(self.request_body(b).await),
             Some(Request::RequestTrailers(_)) => Some(proto::request_trailers()),
-            Some(Request::ResponseHeaders(h)) => Some(self.response_headers(&h)),
+            Some(Request::ResponseHeaders(h)) => Some(self.response_headers(&h).await),
             Some(Request::ResponseBody(b)) => self.response_body(b),
             Some(Request::ResponseTrailers(_)) => {
-                out.extend(self.response.end_before_trailers(self.mode));
+                out.extend(self.end_before_trailers());
                 Some(proto::response_trailers())
             }
             None => None,
@@ -122,193 +98,182 @@ impl Exchange {
         }
     }
 
+    /// The exchange, unless this stream passes everything.
+    fn live(&mut self) -> Option<&mut Exchange> {
+        if self.bypass {
+            None
+        } else {
+            self.exchange.as_mut()
+        }
+    }
+
     async fn request_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
         let headers = Headers::read(h.headers.as_ref());
-        let path = headers.path_only().to_owned();
-        self.endpoint = match (headers.method.as_str(), path.as_str()) {
-            ("POST", "/v1/chat/completions") => Some(Endpoint::ChatCompletions),
-            ("POST", "/v1/messages") => Some(Endpoint::Messages),
-            _ => None,
-        };
-        let guarded = self.endpoint.is_some() || path.starts_with("/v1/");
-        let refused = if guarded {
-            self.grounding.authenticate(&path, &headers.map).err()
-        } else {
-            None
-        };
-        if let Some(reply) = refused {
-            self.grounding
-                .metrics()
-                .request(self.label(), SearchLabel::Rejected);
-            return reply_now(&reply, "citestream_unauthorized");
-        }
-        self.path = path;
-        self.headers = headers.map;
-        if self.endpoint.is_none() {
-            // Not ours: ask Envoy to stop sending this exchange's bodies
-            // (honoured with `allow_mode_override`; otherwise they pass
-            // through here unchanged).
-            let mut r = proto::request_headers(HeaderEdits::default());
-            if self.mode == BodyMode::Streamed {
-                r.mode_override = Some(pass_through_mode());
+        let method = http::Method::from_bytes(headers.method.as_bytes()).unwrap_or_default();
+        let head = RequestHead::new(method, &headers.path, headers.map);
+        let ex = self
+            .exchange
+            .insert(Exchange::new(self.grounding.clone(), head));
+        let handling = ex.handling();
+        let edits = match handling {
+            Handling::Grounded(_) => {
+                if let Err(r) = ex.authenticate() {
+                    return proto::immediate(r, "citestream_unauthorized");
+                }
+                if h.end_of_stream {
+                    // A grounded endpoint without a body: the exchange
+                    // answers it (a 400 in the endpoint's shape).
+                    return self
+                        .request_body(HttpBody {
+                            end_of_stream: true,
+                            ..Default::default()
+                        })
+                        .await;
+                }
+                return proto::request_headers(&HeaderEdits::default());
             }
-            return r;
-        }
-        if h.end_of_stream {
-            // A grounded endpoint without a body: the flow answers it
-            // (a 400 in the endpoint's shape).
-            return self
-                .request_body(HttpBody {
-                    end_of_stream: true,
-                    ..Default::default()
-                })
-                .await;
-        }
-        proto::request_headers(HeaderEdits::default())
-    }
-
-    async fn request_body(&mut self, b: HttpBody) -> ProcessingResponse {
-        let Some(endpoint) = self.endpoint else {
-            return proto::request_body(Chunk::Keep, HeaderEdits::default());
+            Handling::Proxied => match ex.on_request(None).await {
+                Ok(f) => f.edits,
+                Err(r) => return proto::immediate(r, "citestream_unauthorized"),
+            },
+            Handling::NotOurs => HeaderEdits::default(),
         };
-        if !b.end_of_stream || self.decided.is_some() {
-            // Not BUFFERED (a misconfigured filter): the request has gone
-            // upstream already; let it and its response pass.
-            tracing::warn!(
-                path = %self.path,
-                "request body not buffered (set request_body_mode: BUFFERED); passing through"
-            );
-            self.endpoint = None;
-            return proto::request_body(Chunk::Keep, HeaderEdits::default());
-        }
-        let original = bytes::Bytes::from(b.body);
-        let g = match self
-            .grounding
-            .prepare(endpoint, &self.headers, original.clone())
-            .await
-        {
-            Ok(g) => g,
-            Err(reply) => return reply_now(&reply, "citestream_invalid_request"),
-        };
-        let mut edits = HeaderEdits::default();
-        edits.set("content-length", g.body.len().to_string());
-        if g.plan.is_some() {
-            edits.set("accept-encoding", "identity");
-        }
-        let chunk = if g.body == original {
-            Chunk::Keep
-        } else {
-            Chunk::Replace(g.body.to_vec())
-        };
-        self.decided = Some(Decided {
-            search: g.search_header(),
-            remaining: g.remaining_header(),
-            plan: g.plan,
-            account: g.account,
-        });
-        self.sent = Some(Instant::now());
-        proto::request_body(chunk, edits)
-    }
-
-    fn response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
-        let headers = Headers::read(h.headers.as_ref());
-        self.status = headers.status;
-        let mut edits = HeaderEdits::default();
-        let Some(d) = &self.decided else {
-            return proto::response_headers(edits);
-        };
-        if let Some(t) = self.sent.take() {
-            self.grounding
-                .metrics()
-                .upstream_latency(self.label(), t.elapsed());
-        }
-        edits.set("x-citestream-search", d.search);
-        if let Some(n) = &d.remaining {
-            edits.set("x-citestream-searches-remaining", n.as_str());
-        }
-        let ok = (200..300).contains(&self.status) && identity(&headers.map);
-        if let (Some(plan), true) = (&d.plan, ok) {
-            let opts = self.grounding.rewrite_options();
-            let ctype = header_str(&headers.map, "content-type").to_ascii_lowercase();
-            if ctype.starts_with("text/event-stream") {
-                self.response = ResponseBody::Stream(Box::new(plan.stream_rewriter(opts)));
-                self.open = Some(self.grounding.metrics().open_stream());
-                edits
-                    .remove("content-length")
-                    .set("cache-control", "no-cache")
-                    .set("x-accel-buffering", "no");
-            } else if ctype.contains("json") {
-                self.response = ResponseBody::Whole {
-                    plan: plan.clone(),
-                    opts: opts.clone(),
-                    held: Vec::new(),
-                    limit: self.body_limit,
-                };
-                edits.remove("content-length");
-            }
-        }
-        tracing::info!(
-            path = %self.path,
-            account = %d.account,
-            status = self.status,
-            search = d.search,
-            rewritten = !matches!(self.response, ResponseBody::Pass),
-            "request"
-        );
-        proto::response_headers(edits)
-    }
-
-    fn response_body(&mut self, b: HttpBody) -> Option<ProcessingResponse> {
-        let timed = matches!(self.response, ResponseBody::Stream(_));
-        let t0 = Instant::now();
-        let r = self.response.on_body(self.mode, b.body, b.end_of_stream);
-        if timed {
-            self.grounding.metrics().event_added_latency(t0.elapsed());
-        }
-        if b.end_of_stream {
-            self.open = None;
+        self.requested = true;
+        // Not grounded: ask Envoy to stop sending this exchange's bodies
+        // (honoured with `allow_mode_override`; otherwise they pass
+        // through here unchanged).
+        let mut r = proto::request_headers(&edits);
+        if self.mode == BodyMode::Streamed {
+            r.mode_override = Some(pass_through_mode(handling == Handling::Proxied));
         }
         r
     }
 
-    fn label(&self) -> EndpointLabel {
-        self.endpoint
-            .map_or(EndpointLabel::Other, EndpointLabel::from)
+    async fn request_body(&mut self, b: HttpBody) -> ProcessingResponse {
+        let keep = || proto::request_body(Chunk::Keep, &HeaderEdits::default());
+        if self.requested || self.bypass {
+            return keep();
+        }
+        let Some(ex) = self.exchange.as_mut() else {
+            return keep();
+        };
+        if !b.end_of_stream {
+            // Not BUFFERED (a misconfigured filter): the request has gone
+            // upstream already; let it and its response pass.
+            tracing::warn!(
+                request_id = ex.request_id(),
+                "request body not buffered (set request_body_mode: BUFFERED); passing through"
+            );
+            self.bypass = true;
+            return keep();
+        }
+        self.requested = true;
+        if b.body.len() as u64 > ex.max_request_body() {
+            return proto::immediate(ex.request_too_large(), "citestream_request_too_large");
+        }
+        let original = Bytes::from(b.body);
+        match ex.on_request(Some(original.clone())).await {
+            Err(r) => proto::immediate(r, "citestream_invalid_request"),
+            Ok(f) => {
+                let chunk = match f.body {
+                    Some(body) if body != original => Chunk::Replace(body.to_vec()),
+                    _ => Chunk::Keep,
+                };
+                proto::request_body(chunk, &f.edits)
+            }
+        }
+    }
+
+    async fn response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
+        let Some(ex) = self.live() else {
+            return proto::response_headers(&HeaderEdits::default());
+        };
+        let headers = Headers::read(h.headers.as_ref());
+        let head = ex.on_response_headers(headers.status, &headers.map).await;
+        if h.end_of_stream {
+            // No body follows.
+            ex.on_response_body(Bytes::new(), true);
+            while let Ok(Some(_)) = ex.next_output() {}
+        }
+        proto::response_headers(&head.edits)
+    }
+
+    fn response_body(&mut self, b: HttpBody) -> Option<ProcessingResponse> {
+        let mode = self.mode;
+        let end = b.end_of_stream;
+        let piece = Bytes::from(b.body);
+        let Some(ex) = self.live() else {
+            return response::answer(mode, &piece, None, end);
+        };
+        ex.on_response_body(piece.clone(), end);
+        match drain(ex, &piece) {
+            Ok(out) => response::answer(mode, &piece, out, end),
+            Err(_) => Some(broken()),
+        }
+    }
+
+    fn end_before_trailers(&mut self) -> Option<ProcessingResponse> {
+        let mode = self.mode;
+        let ex = self.live()?;
+        ex.on_response_body(Bytes::new(), true);
+        match drain(ex, &Bytes::new()) {
+            Ok(rest) => response::rest_before_trailers(mode, rest.unwrap_or_default()),
+            Err(_) => Some(broken()),
+        }
     }
 }
 
-/// An immediate response carrying a host error reply.
-fn reply_now(reply: &ErrorReply, details: &str) -> ProcessingResponse {
-    proto::immediate(
-        reply.status(),
-        reply.body().to_vec(),
-        HeaderEdits::default(),
-        details,
-    )
+/// Everything the exchange has to send now, as one piece; `None` when it
+/// is `piece` itself (unchanged: nothing copied).
+fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Vec<u8>>, BodyError> {
+    let mut first: Option<Bytes> = None;
+    let mut out = Vec::new();
+    loop {
+        match ex.next_output() {
+            Ok(Some(b)) => match first.take() {
+                None if out.is_empty() => first = Some(b),
+                None => out.extend_from_slice(&b),
+                Some(f) => {
+                    out.extend_from_slice(&f);
+                    out.extend_from_slice(&b);
+                }
+            },
+            Ok(None) => {
+                return Ok(match first {
+                    Some(f) if f.as_ptr() == piece.as_ptr() && f.len() == piece.len() => None,
+                    Some(f) => Some(f.to_vec()),
+                    None => Some(out),
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
-/// The mode for an exchange that is not ours: no bodies, no response
-/// headers.
-fn pass_through_mode() -> ProcessingMode {
+/// The answer to a body that cannot be decoded: reset the client's
+/// stream (the exchange logged why).
+fn broken() -> ProcessingResponse {
+    let r = citestream_host::exchange::Reply {
+        status: 502,
+        body: Bytes::new(),
+        headers: HeaderEdits::default(),
+    };
+    proto::immediate(r, "citestream_broken_response")
+}
+
+/// The mode for an exchange that is not grounded: no bodies; the response
+/// headers only for a proxied one (the exchange adds its headers and logs
+/// its status).
+fn pass_through_mode(response_headers: bool) -> ProcessingMode {
+    let h = if response_headers {
+        HeaderSendMode::Send
+    } else {
+        HeaderSendMode::Skip
+    };
     ProcessingMode {
         request_body_mode: BodySendMode::None as i32,
-        response_header_mode: HeaderSendMode::Skip as i32,
+        response_header_mode: h as i32,
         response_body_mode: BodySendMode::None as i32,
         ..Default::default()
     }
-}
-
-fn header_str<'a>(map: &'a http::HeaderMap, name: &str) -> &'a str {
-    map.get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-}
-
-/// The response body is not compressed (no `content-encoding`, or
-/// `identity`).
-fn identity(map: &http::HeaderMap) -> bool {
-    map.get_all("content-encoding").iter().all(|v| {
-        v.to_str()
-            .is_ok_and(|s| s.trim().is_empty() || s.trim().eq_ignore_ascii_case("identity"))
-    })
 }

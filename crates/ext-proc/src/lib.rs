@@ -28,8 +28,8 @@
 //! # Modules
 //! * `exchange` (private): one HTTP exchange, message by
 //!   message.
-//! * `response` (private): the response body state
-//!   machine in both body modes.
+//! * `response` (private): the answers to response body
+//!   messages in both body modes.
 //! * [`service`]: the tonic service.
 //! * `proto` (private): the only code that knows the protobuf shapes.
 //!
@@ -101,10 +101,9 @@ impl Server {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| Error(format!("cannot listen on {addr}: {e}")))?;
-        let limit = usize::try_from(cfg.server.max_request_body.0).unwrap_or(usize::MAX);
         Ok(Server {
             listener,
-            processor: Processor::new(Arc::new(grounding), limit),
+            processor: Processor::new(Arc::new(grounding)),
             grace: cfg.server.shutdown_grace,
         })
     }

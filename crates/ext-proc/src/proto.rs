@@ -7,6 +7,7 @@
 //! `raw_value` when it is set, else `value`. Mutations are written with
 //! `raw_value`, which every Envoy with `ext_proc` accepts.
 
+use citestream_host::exchange::{HeaderEdits, Reply};
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue, HeaderValueOption};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
@@ -64,51 +65,36 @@ impl Headers {
         }
         out
     }
+}
 
-    /// The path without its query string.
-    pub(crate) fn path_only(&self) -> &str {
-        self.path.split(['?', '#']).next().unwrap_or_default()
+/// The one translation of the exchange's header edits into Envoy's
+/// `HeaderMutation` (`None` when there is nothing to change). Sets replace
+/// every value the header had (`OVERWRITE_IF_EXISTS_OR_ADD`); the edits
+/// never set and remove one name, so Envoy's order of the two lists does
+/// not matter.
+pub(crate) fn mutation(edits: &HeaderEdits) -> Option<HeaderMutation> {
+    if edits.is_empty() {
+        return None;
     }
-}
-
-/// Header changes to send with a response.
-#[derive(Debug, Default)]
-pub(crate) struct HeaderEdits {
-    set: Vec<HeaderValueOption>,
-    remove: Vec<String>,
-}
-
-impl HeaderEdits {
-    /// Sets `name` to `value`, replacing any value it had.
-    pub(crate) fn set(&mut self, name: &str, value: impl Into<Vec<u8>>) -> &mut Self {
-        self.set.push(HeaderValueOption {
-            header: Some(HeaderValue {
-                key: name.to_owned(),
-                raw_value: value.into(),
+    Some(HeaderMutation {
+        set_headers: edits
+            .sets()
+            .map(|(n, v)| HeaderValueOption {
+                header: Some(HeaderValue {
+                    key: n.as_str().to_owned(),
+                    raw_value: v.as_bytes().to_vec(),
+                    ..Default::default()
+                }),
+                append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
                 ..Default::default()
-            }),
-            append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
-            ..Default::default()
-        });
-        self
-    }
-
-    /// Removes `name`.
-    pub(crate) fn remove(&mut self, name: &str) -> &mut Self {
-        self.remove.push(name.to_owned());
-        self
-    }
-
-    fn into_proto(self) -> Option<HeaderMutation> {
-        (!self.set.is_empty() || !self.remove.is_empty()).then_some(HeaderMutation {
-            set_headers: self.set,
-            remove_headers: self.remove,
-        })
-    }
+            })
+            .collect(),
+        remove_headers: edits.removals().map(|n| n.as_str().to_owned()).collect(),
+    })
 }
 
-fn common(edits: HeaderEdits, body: Option<Mutation>) -> Option<CommonResponse> {
-    let header_mutation = edits.into_proto();
+fn common(edits: &HeaderEdits, body: Option<Mutation>) -> Option<CommonResponse> {
+    let header_mutation = mutation(edits);
     if header_mutation.is_none() && body.is_none() {
         return None;
     }
@@ -127,14 +113,14 @@ fn wrap(r: Response) -> ProcessingResponse {
 }
 
 /// Continue with the request headers, changed by `edits`.
-pub(crate) fn request_headers(edits: HeaderEdits) -> ProcessingResponse {
+pub(crate) fn request_headers(edits: &HeaderEdits) -> ProcessingResponse {
     wrap(Response::RequestHeaders(HeadersResponse {
         response: common(edits, None),
     }))
 }
 
 /// Continue with the response headers, changed by `edits`.
-pub(crate) fn response_headers(edits: HeaderEdits) -> ProcessingResponse {
+pub(crate) fn response_headers(edits: &HeaderEdits) -> ProcessingResponse {
     wrap(Response::ResponseHeaders(HeadersResponse {
         response: common(edits, None),
     }))
@@ -158,7 +144,7 @@ fn chunk_mutation(chunk: Chunk) -> Option<Mutation> {
 }
 
 /// The answer to a request body message (`BUFFERED` mode).
-pub(crate) fn request_body(chunk: Chunk, edits: HeaderEdits) -> ProcessingResponse {
+pub(crate) fn request_body(chunk: Chunk, edits: &HeaderEdits) -> ProcessingResponse {
     wrap(Response::RequestBody(BodyResponse {
         response: common(edits, chunk_mutation(chunk)),
     }))
@@ -168,7 +154,7 @@ pub(crate) fn request_body(chunk: Chunk, edits: HeaderEdits) -> ProcessingRespon
 /// mode.
 pub(crate) fn response_body(chunk: Chunk) -> ProcessingResponse {
     wrap(Response::ResponseBody(BodyResponse {
-        response: common(HeaderEdits::default(), chunk_mutation(chunk)),
+        response: common(&HeaderEdits::default(), chunk_mutation(chunk)),
     }))
 }
 
@@ -180,7 +166,7 @@ pub(crate) fn response_body_streamed(body: Vec<u8>, end_of_stream: bool) -> Proc
         ..Default::default()
     });
     wrap(Response::ResponseBody(BodyResponse {
-        response: common(HeaderEdits::default(), Some(m)),
+        response: common(&HeaderEdits::default(), Some(m)),
     }))
 }
 
@@ -194,21 +180,15 @@ pub(crate) fn response_trailers() -> ProcessingResponse {
     wrap(Response::ResponseTrailers(TrailersResponse::default()))
 }
 
-/// Answer the client now with `status`, a JSON `body` and `edits` as
-/// extra headers; the request never goes upstream.
-pub(crate) fn immediate(
-    status: u16,
-    body: Vec<u8>,
-    mut edits: HeaderEdits,
-    details: &str,
-) -> ProcessingResponse {
-    edits.set("content-type", "application/json");
+/// Answer the client now with the exchange's reply; the request never
+/// goes upstream (or, after the response started, the stream is reset).
+pub(crate) fn immediate(reply: Reply, details: &str) -> ProcessingResponse {
     wrap(Response::ImmediateResponse(ImmediateResponse {
         status: Some(HttpStatus {
-            code: i32::from(status),
+            code: i32::from(reply.status),
         }),
-        headers: edits.into_proto(),
-        body,
+        headers: mutation(&reply.headers),
+        body: reply.body.to_vec(),
         grpc_status: None,
         details: details.to_owned(),
     }))

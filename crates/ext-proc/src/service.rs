@@ -1,6 +1,6 @@
 //! The gRPC service `envoy.service.ext_proc.v3.ExternalProcessor`: one
 //! bidirectional stream per HTTP exchange, each driven by an
-//! `Exchange` (the crate's private `exchange` module) on its own task.
+//! `Session` (the crate's private `exchange` module, around the host's exchange) on its own task.
 //!
 //! Contract:
 //! * Messages are handled in order; the answers to one message are sent
@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::exchange::Exchange;
+use crate::exchange::Session;
 
 /// Answers in flight per stream before the task waits for Envoy to read.
 const QUEUE: usize = 32;
@@ -32,17 +32,14 @@ const QUEUE: usize = 32;
 #[derive(Debug, Clone)]
 pub struct Processor {
     grounding: Arc<Swap<Grounding>>,
-    body_limit: usize,
 }
 
 impl Processor {
-    /// A processor over `grounding`; whole JSON responses larger than
-    /// `body_limit` bytes pass through unrewritten.
+    /// A processor over `grounding`.
     #[must_use]
-    pub fn new(grounding: Arc<Grounding>, body_limit: usize) -> Processor {
+    pub fn new(grounding: Arc<Grounding>) -> Processor {
         Processor {
             grounding: Arc::new(Swap::new(grounding)),
-            body_limit,
         }
     }
 
@@ -66,7 +63,7 @@ impl ExternalProcessor for Processor {
     ) -> Result<Response<Self::ProcessStream>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(QUEUE);
-        let exchange = Exchange::new(self.grounding.load(), self.body_limit);
+        let exchange = Session::new(self.grounding.load());
         tokio::spawn(drive(exchange, inbound, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -74,7 +71,7 @@ impl ExternalProcessor for Processor {
 
 /// Reads `inbound` to its end, answering each message through `tx`.
 async fn drive(
-    mut exchange: Exchange,
+    mut exchange: Session,
     mut inbound: Streaming<ProcessingRequest>,
     tx: mpsc::Sender<Result<ProcessingResponse, Status>>,
 ) {

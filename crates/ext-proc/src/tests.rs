@@ -1,6 +1,7 @@
-//! Unit tests of the exchange and response state machines, driven with the
-//! messages Envoy sends (no Envoy, no sockets; the end-to-end tests with a
-//! real Envoy are in tests/e2e/test_envoy_*.py).
+//! Thin tests of the session: the host's exchange driven with the
+//! messages Envoy sends (no Envoy, no sockets). The exchange's own cases
+//! are in crates/host/tests/exchange.rs; the end-to-end tests with a real
+//! Envoy are in tests/e2e/test_envoy_*.py.
 
 use std::sync::Arc;
 
@@ -16,8 +17,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_response::Response,
 };
 
-use crate::exchange::Exchange;
-use crate::response::{BodyMode, ResponseBody};
+use crate::exchange::Session;
+use crate::response::BodyMode;
 
 const STREAM: &[u8] =
     include_bytes!("../../../tests/fixtures/upstream/openai_gpt4o_text_usage_chunk.sse");
@@ -44,9 +45,7 @@ fn expected(endpoint: Endpoint, input: &[u8]) -> Vec<u8> {
     rw.feed(bytes::Bytes::copy_from_slice(input));
     rw.finish();
     let mut out = Vec::new();
-    while let Some(b) = rw.next_output() {
-        out.extend_from_slice(&b);
-    }
+    rw.drain_into(&mut out);
     out
 }
 
@@ -69,9 +68,10 @@ fn forwarded(piece: &[u8], r: &ProcessingResponse) -> (Vec<u8>, bool) {
     }
 }
 
-/// Feeds `input` in pieces of the given sizes (cycled) and returns the
-/// bytes Envoy would forward, and how many answers were sent.
-fn run(body: &mut ResponseBody, mode: BodyMode, input: &[u8], sizes: &[usize]) -> (Vec<u8>, usize) {
+/// Feeds `input` in pieces of the given sizes (cycled) as response body
+/// messages and returns the bytes Envoy would forward, and how many
+/// answers were sent.
+async fn run(ex: &mut Session, mode: BodyMode, input: &[u8], sizes: &[usize]) -> (Vec<u8>, usize) {
     let (mut out, mut answers, mut at, mut i) = (Vec::new(), 0, 0, 0);
     let mut ended = false;
     while at < input.len() {
@@ -80,11 +80,18 @@ fn run(body: &mut ResponseBody, mode: BodyMode, input: &[u8], sizes: &[usize]) -
         at += n;
         i += 1;
         let end = at == input.len();
-        let answer = body.on_body(mode, piece.to_vec(), end);
+        let b = HttpBody {
+            body: piece.to_vec(),
+            end_of_stream: end,
+            ..Default::default()
+        };
+        let mut got = Vec::new();
+        ex.handle(msg(Request::ResponseBody(b), None), &mut got)
+            .await;
         if mode == BodyMode::Streamed {
-            assert!(answer.is_some(), "STREAMED: every piece is answered");
+            assert_eq!(got.len(), 1, "STREAMED: every piece is answered once");
         }
-        if let Some(a) = answer {
+        for a in got {
             answers += 1;
             let (b, eos) = forwarded(piece, &a);
             assert!(!ended, "nothing after end_of_stream");
@@ -100,8 +107,35 @@ fn run(body: &mut ResponseBody, mode: BodyMode, input: &[u8], sizes: &[usize]) -
 
 const CHUNKINGS: [&[usize]; 5] = [&[1], &[7, 1, 300], &[64], &[1460], &[1 << 20]];
 
-#[test]
-fn stream_equals_rewrite_output_in_both_modes_under_any_chunking() {
+/// A session whose request was grounded (`web_search` on `endpoint`) and
+/// whose upstream answered 200 with `content_type`.
+async fn answered(
+    g: &Arc<Grounding>,
+    mode: BodyMode,
+    endpoint: Endpoint,
+    web_search: bool,
+    content_type: &str,
+) -> Session {
+    let mut ex = Session::new(g.clone());
+    let h = headers(&[(":method", "POST"), (":path", endpoint.path())], false);
+    one(&mut ex, msg(Request::RequestHeaders(h), Some(mode))).await;
+    let body = format!(
+        r#"{{"model":"m","max_tokens":9,"stream":true,"web_search":{web_search},"messages":[{{"role":"user","content":"Capital?"}}]}}"#
+    );
+    let b = HttpBody {
+        body: body.into_bytes(),
+        end_of_stream: true,
+        ..Default::default()
+    };
+    one(&mut ex, msg(Request::RequestBody(b), None)).await;
+    let h = headers(&[(":status", "200"), ("content-type", content_type)], false);
+    one(&mut ex, msg(Request::ResponseHeaders(h), None)).await;
+    ex
+}
+
+#[tokio::test]
+async fn stream_equals_rewrite_output_in_both_modes_under_any_chunking() {
+    let g = grounding("").await;
     for (endpoint, input) in [
         (Endpoint::ChatCompletions, STREAM),
         (Endpoint::Messages, MESSAGES),
@@ -110,17 +144,17 @@ fn stream_equals_rewrite_output_in_both_modes_under_any_chunking() {
         assert_ne!(want, input, "the fixture gets additions");
         for mode in [BodyMode::Streamed, BodyMode::FullDuplex] {
             for sizes in CHUNKINGS {
-                let rw = plan(endpoint).stream_rewriter(&RewriteOptions::new());
-                let mut body = ResponseBody::Stream(Box::new(rw));
-                let (got, _) = run(&mut body, mode, input, sizes);
+                let mut ex = answered(&g, mode, endpoint, true, "text/event-stream").await;
+                let (got, _) = run(&mut ex, mode, input, sizes).await;
                 assert_eq!(got, want, "{endpoint:?} {mode:?} {sizes:?}");
             }
         }
     }
 }
 
-#[test]
-fn whole_json_body_is_held_then_rewritten() {
+#[tokio::test]
+async fn whole_json_body_is_held_then_rewritten() {
+    let g = grounding("").await;
     let input = br#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Lisbon [1]."},"finish_reason":"stop"}]}"#;
     let want = plan(Endpoint::ChatCompletions)
         .rewrite_body(input, &RewriteOptions::new())
@@ -128,36 +162,32 @@ fn whole_json_body_is_held_then_rewritten() {
     assert!(want.windows(9).any(|w| w == b"\"sources\""));
     for mode in [BodyMode::Streamed, BodyMode::FullDuplex] {
         for sizes in CHUNKINGS {
-            let mut body = ResponseBody::Whole {
-                plan: plan(Endpoint::ChatCompletions),
-                opts: RewriteOptions::new(),
-                held: Vec::new(),
-                limit: 1 << 20,
-            };
-            let (got, _) = run(&mut body, mode, input, sizes);
+            let ct = "application/json";
+            let mut ex = answered(&g, mode, Endpoint::ChatCompletions, true, ct).await;
+            let (got, _) = run(&mut ex, mode, input, sizes).await;
             assert_eq!(got, want, "{mode:?} {sizes:?}");
         }
     }
 }
 
-#[test]
-fn whole_body_over_the_limit_passes_through() {
+#[tokio::test]
+async fn whole_body_over_the_cap_passes_through() {
+    let g = grounding("[rewrite]\nmax_whole_body = \"100B\"\n").await;
     for mode in [BodyMode::Streamed, BodyMode::FullDuplex] {
-        let mut body = ResponseBody::Whole {
-            plan: plan(Endpoint::ChatCompletions),
-            opts: RewriteOptions::new(),
-            held: Vec::new(),
-            limit: 100,
-        };
-        let (got, _) = run(&mut body, mode, STREAM, &[64]);
+        let ct = "application/json";
+        let mut ex = answered(&g, mode, Endpoint::ChatCompletions, true, ct).await;
+        let (got, _) = run(&mut ex, mode, STREAM, &[64]).await;
         assert_eq!(got, STREAM, "{mode:?}");
     }
 }
 
-#[test]
-fn pass_keeps_every_piece() {
+#[tokio::test]
+async fn pass_keeps_every_piece() {
+    let g = grounding("").await;
     for mode in [BodyMode::Streamed, BodyMode::FullDuplex] {
-        let (got, answers) = run(&mut ResponseBody::Pass, mode, STREAM, &[100]);
+        let ct = "text/event-stream";
+        let mut ex = answered(&g, mode, Endpoint::ChatCompletions, false, ct).await;
+        let (got, answers) = run(&mut ex, mode, STREAM, &[100]).await;
         assert_eq!(got, STREAM);
         assert_eq!(answers, STREAM.len().div_ceil(100));
     }
@@ -205,7 +235,7 @@ async fn grounding(extra: &str) -> Arc<Grounding> {
     Arc::new(Grounding::new(&cfg).await.unwrap())
 }
 
-async fn one(ex: &mut Exchange, m: ProcessingRequest) -> ProcessingResponse {
+async fn one(ex: &mut Session, m: ProcessingRequest) -> ProcessingResponse {
     let mut out = Vec::new();
     ex.handle(m, &mut out).await;
     assert_eq!(out.len(), 1, "{out:?}");
@@ -234,7 +264,7 @@ fn set_headers(r: &ProcessingResponse) -> Vec<(String, String)> {
 async fn grounded_stream_through_the_whole_exchange() {
     let g = grounding("").await;
     for mode in [BodyMode::Streamed, BodyMode::FullDuplex] {
-        let mut ex = Exchange::new(g.clone(), 1 << 20);
+        let mut ex = Session::new(g.clone());
         let h = headers(
             &[(":method", "POST"), (":path", "/v1/chat/completions?x=1")],
             false,
@@ -307,7 +337,7 @@ async fn grounded_stream_through_the_whole_exchange() {
 #[tokio::test]
 async fn bad_body_is_an_immediate_400_and_other_paths_pass() {
     let g = grounding("").await;
-    let mut ex = Exchange::new(g.clone(), 1 << 20);
+    let mut ex = Session::new(g.clone());
     let h = headers(&[(":method", "POST"), (":path", "/v1/messages")], false);
     one(
         &mut ex,
@@ -334,7 +364,7 @@ async fn bad_body_is_an_immediate_400_and_other_paths_pass() {
     let err: serde_json::Value = serde_json::from_slice(&ir.body).unwrap();
     assert_eq!(err["type"], "error");
 
-    let mut ex = Exchange::new(g, 1 << 20);
+    let mut ex = Session::new(g);
     let h = headers(&[(":method", "GET"), (":path", "/v1/models")], true);
     let r = one(
         &mut ex,
@@ -350,7 +380,12 @@ async fn bad_body_is_an_immediate_400_and_other_paths_pass() {
         ),
     )
     .await;
-    assert!(set_headers(&r).is_empty());
+    let set = set_headers(&r);
+    assert!(
+        set.iter().all(|(k, _)| !k.starts_with("x-citestream")),
+        "{set:?}"
+    );
+    assert!(set.iter().any(|(k, _)| k == "x-request-id"), "{set:?}");
 }
 
 #[tokio::test]
@@ -359,7 +394,7 @@ async fn keys_mode_refuses_a_missing_key_at_the_headers() {
         "[auth]\nmode = \"keys\"\n[[accounts]]\nid = \"a\"\nplan = \"default\"\nkeys = [\"sha256:0000000000000000000000000000000000000000000000000000000000000000\"]\n",
     )
     .await;
-    let mut ex = Exchange::new(g, 1 << 20);
+    let mut ex = Session::new(g);
     let h = headers(
         &[(":method", "POST"), (":path", "/v1/chat/completions")],
         false,

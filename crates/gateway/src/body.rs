@@ -1,26 +1,23 @@
-//! Response bodies: the streaming rewrite, paced demo events, and the
-//! per-request log line carried to the end of the body.
+//! Response bodies: the upstream's body driven through the request's
+//! [`Exchange`], and paced demo events.
 //!
 //! Every body is pulled by hyper only when the client connection can take
-//! more (backpressure); none buffers more than one upstream piece, except
-//! [`collect_capped`] for whole (non-streamed) bodies, which is bounded.
-//! Dropping a body (client gone) drops the upstream body inside it, which
-//! closes the upstream connection at once.
+//! more (backpressure); none buffers more than what the exchange holds
+//! (one upstream piece, the rewriter's partial event, a whole body up to
+//! its cap). Dropping a body (client gone) drops the upstream body inside
+//! it, which closes the upstream connection at once, and the exchange,
+//! which writes the request's log line.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use citestream::{Rewriter, StreamRewriter};
-use citestream_host::metrics::{Metrics, OpenStream, UpstreamError};
-use http_body::{Body, Frame, SizeHint};
+use bytes::Bytes;
+use citestream_host::exchange::Exchange;
+use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
-
-use crate::log::RequestLog;
 
 /// The error type of every body.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -35,32 +32,42 @@ pub(crate) fn full(b: impl Into<Bytes>) -> AnyBody {
         .boxed()
 }
 
-/// A streamed response rewritten piece by piece: each upstream piece is
-/// fed to the rewriter and its output forwarded before the next piece is
-/// read. An upstream error ends the output after the rewriter has flushed
-/// what it holds, then fails the client's stream (so it sees a broken
-/// response, not a complete one).
-pub(crate) struct Rewriting {
+/// The upstream's body through the exchange: each upstream piece is handed
+/// to it and its output forwarded before the next piece is read. An
+/// upstream error ends the output after the exchange has flushed what it
+/// holds, then fails the client's stream (so it sees a broken response,
+/// not a complete one). Trailers pass only when the body is not
+/// rewritten (they have no place in a rewritten stream).
+pub(crate) struct Exchanged {
+    head: Option<Bytes>,
     upstream: AnyBody,
-    rewriter: Rewriter,
+    exchange: Exchange,
     finished: bool,
     error: Option<BoxError>,
-    metrics: Arc<Metrics>,
+    trailers: bool,
 }
 
-impl Rewriting {
-    pub(crate) fn new(upstream: AnyBody, rewriter: Rewriter, metrics: Arc<Metrics>) -> Self {
-        Rewriting {
+impl Exchanged {
+    /// `trailers`: pass the upstream's trailers on.
+    pub(crate) fn new(upstream: AnyBody, exchange: Exchange, trailers: bool) -> Self {
+        Exchanged {
+            head: None,
             upstream,
-            rewriter,
+            exchange,
             finished: false,
             error: None,
-            metrics,
+            trailers,
         }
+    }
+
+    /// The same, with `head` sent first (output the exchange gave already).
+    pub(crate) fn after(mut self, head: Bytes) -> Self {
+        self.head = Some(head);
+        self
     }
 }
 
-impl Body for Rewriting {
+impl Body for Exchanged {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -69,34 +76,34 @@ impl Body for Rewriting {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        if let Some(h) = this.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(h))));
+        }
         loop {
-            if let Some(out) = this.rewriter.next_output() {
-                return Poll::Ready(Some(Ok(Frame::data(out))));
+            match this.exchange.next_output() {
+                Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                Ok(None) => {}
+                Err(e) => {
+                    this.finished = true;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
             }
             if this.finished {
                 return Poll::Ready(this.error.take().map(Err));
             }
             match ready!(Pin::new(&mut this.upstream).poll_frame(cx)) {
-                Some(Ok(frame)) => {
-                    // Trailers have no place in an SSE stream: dropped.
-                    if let Ok(data) = frame.into_data() {
-                        let t0 = Instant::now();
-                        this.rewriter.feed(data);
-                        let first = this.rewriter.next_output();
-                        this.metrics.event_added_latency(t0.elapsed());
-                        if let Some(out) = first {
-                            return Poll::Ready(Some(Ok(Frame::data(out))));
-                        }
-                    }
-                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => this.exchange.on_response_body(data, false),
+                    Err(trailers) if this.trailers => return Poll::Ready(Some(Ok(trailers))),
+                    Err(_) => {}
+                },
                 Some(Err(e)) => {
-                    this.metrics.upstream_error(UpstreamError::Broken);
+                    this.exchange.on_broken(&e.to_string());
                     this.error = Some(e);
-                    this.rewriter.finish();
                     this.finished = true;
                 }
                 None => {
-                    this.rewriter.finish();
+                    this.exchange.on_response_body(Bytes::new(), true);
                     this.finished = true;
                 }
             }
@@ -105,58 +112,6 @@ impl Body for Rewriting {
 
     fn is_end_stream(&self) -> bool {
         false
-    }
-}
-
-/// What [`collect_capped`] got.
-pub(crate) enum Collected {
-    /// The whole body, at most the cap.
-    Whole(Bytes),
-    /// Over the cap: the pieces read so far and the rest of the body, to
-    /// pass through unchanged.
-    Over(AnyBody),
-}
-
-/// Reads a whole body of at most `cap` bytes.
-///
-/// # Errors
-/// The body's error.
-pub(crate) async fn collect_capped(mut body: AnyBody, cap: usize) -> Result<Collected, BoxError> {
-    let mut buf = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else {
-            continue;
-        };
-        if buf.len() + data.len() > cap {
-            let head = VecDeque::from([buf.freeze(), data]);
-            return Ok(Collected::Over(Prefixed { head, rest: body }.boxed()));
-        }
-        buf.extend_from_slice(&data);
-    }
-    Ok(Collected::Whole(buf.freeze()))
-}
-
-/// Some pieces, then the rest of a body.
-struct Prefixed {
-    head: VecDeque<Bytes>,
-    rest: AnyBody,
-}
-
-impl Body for Prefixed {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        while let Some(b) = this.head.pop_front() {
-            if !b.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(b))));
-            }
-        }
-        Pin::new(&mut this.rest).poll_frame(cx)
     }
 }
 
@@ -203,63 +158,5 @@ impl Body for Paced {
 
     fn is_end_stream(&self) -> bool {
         self.events.is_empty()
-    }
-}
-
-/// The body sent to the client: any body, plus the request's log line
-/// (written when the body ends or is dropped) and, for streams, the open
-/// stream gauge.
-pub(crate) struct Logged {
-    inner: AnyBody,
-    log: RequestLog,
-    _open: Option<OpenStream>,
-}
-
-impl Logged {
-    pub(crate) fn new(inner: AnyBody, log: RequestLog, open: Option<OpenStream>) -> Self {
-        Logged {
-            inner,
-            log,
-            _open: open,
-        }
-    }
-}
-
-impl Body for Logged {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        let r = ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        match &r {
-            Some(Ok(f)) => {
-                if let Some(d) = f.data_ref() {
-                    this.log.add_bytes(d.len());
-                }
-            }
-            Some(Err(e)) => this.log.set_error(e.to_string()),
-            None => this.log.set_complete(),
-        }
-        Poll::Ready(r)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for Logged {
-    fn drop(&mut self) {
-        if self.inner.is_end_stream() {
-            self.log.set_complete();
-        }
     }
 }

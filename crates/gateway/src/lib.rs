@@ -8,14 +8,12 @@
 //!
 //! * `server`: accepting HTTP/1.1 and h2c connections, slow-client limits,
 //!   the state of the moment per request, the graceful drain;
-//! * `proxy`: routing, the grounded endpoints, the pass-through of other
-//!   `/v1/` requests, the response path (streamed rewrite, whole-body
-//!   rewrite, relay);
+//! * `proxy`: the probes and the plumbing around each request's
+//!   `citestream_host::exchange::Exchange` (which decides everything about
+//!   the request and its response);
 //! * `upstream`: the pooled HTTP(S) client to the model server, or the
 //!   [`demo`] model;
-//! * `body`: response bodies with backpressure;
-//! * `decode`: undoing a gzip/deflate encoding the upstream sent anyway;
-//! * `log`: one JSON line per request.
+//! * `body`: response bodies with backpressure.
 //!
 //! # Example
 //! ```no_run
@@ -50,9 +48,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 mod body;
-mod decode;
 pub mod demo;
-mod log;
 mod proxy;
 mod server;
 mod upstream;
@@ -73,9 +69,8 @@ pub struct Gateway {
 fn state(cfg: &Config, grounding: Grounding) -> Result<State, ConfigError> {
     let upstream = Upstream::new(&cfg.upstream).map_err(|m| ConfigError::new("upstream", m))?;
     Ok(State {
-        grounding,
+        grounding: Arc::new(grounding),
         upstream,
-        max_request_body: cfg.server.max_request_body.0,
         draining: AtomicBool::new(false),
     })
 }

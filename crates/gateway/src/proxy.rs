@@ -1,65 +1,47 @@
-//! One request through the gateway: routing, the grounded endpoints, the
-//! pass-through of every other `/v1/` request, and the response path.
+//! One request through the gateway: the probes, and the plumbing around
+//! the request's [`Exchange`], which makes every decision (see
+//! `citestream_host::exchange`: grounded or proxied, auth, keys, quota,
+//! rewrite or pass, headers, error bodies, the log line).
 //!
-//! Contract (SPEC section 12):
-//! * `POST /v1/chat/completions` and `POST /v1/messages`: the body is read
-//!   whole (at most `server.max_request_body`, else 413), put through
-//!   [`Grounding::prepare`] (401 / 400 in the endpoint's error shape), sent
-//!   upstream, and the response rewritten when sources were injected and
-//!   the upstream answered 2xx without a content encoding: an SSE response
-//!   event by event as it arrives, any other body whole (up to
-//!   [`WHOLE_BODY_CAP`]; a larger one passes through unchanged). Nothing is
+//! Contract:
+//! * `GET /healthz`, `GET /readyz` (503 while draining), `GET /metrics`
+//!   (another method: 405); logged at debug only.
+//! * A grounded request's body is read whole (at most
+//!   `server.max_request_body`, else the exchange's 413), handed to
+//!   [`Exchange::on_request`] and sent upstream as it says; nothing is
 //!   sent to the client before the search has finished and the upstream's
 //!   headers arrived.
-//! * Any other request under `/v1/` is proxied untouched, bodies streamed
-//!   both ways (in `keys` mode it needs a key too).
-//! * `GET /healthz`, `GET /readyz` (503 while draining), `GET /metrics`.
-//! * Every response carries `x-request-id` (the client's, or a new one, also
-//!   sent upstream); grounded ones `x-citestream-search` and, when a search
-//!   was asked for, `x-citestream-searches-remaining`. Streamed responses
-//!   get `cache-control: no-cache` and `x-accel-buffering: no`.
-//! * A compressed upstream body (which the gateway asked not to get) is
-//!   inflated before rewriting when it is `gzip` or `deflate` (the client
-//!   gets it uncompressed); any other coding is never rewritten: it passes
-//!   through untouched, and `x-citestream-rewrite: skipped-content-encoding`
-//!   says why.
+//! * A proxied request (any other `/v1/` path) streams its body both ways.
+//! * The upstream's response headers (hop-by-hop ones dropped) get the
+//!   exchange's edits; a whole body to rewrite is read until the exchange
+//!   has output (its end, or the cap), then sent with its length; any other
+//!   body goes through the exchange piece by piece ([`Exchanged`]).
+//! * An upstream failure before the response headers is answered with the
+//!   exchange's 502/504; the client leaving drops the exchange (its
+//!   reserved search is released) and the upstream request.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
-use bytes::Bytes;
-use citestream::flow::ResponsePlan;
-use citestream::request::Endpoint;
+use bytes::{Bytes, BytesMut};
 use citestream_host::errors::{ErrorReply, ErrorShape};
-use citestream_host::grounding::{Grounded, Grounding};
-use citestream_host::metrics::{EndpointLabel, SearchLabel, UpstreamError};
+use citestream_host::exchange::{BodyPlan, Exchange, FailureClass, Handling, Reply, RequestHead};
+use citestream_host::grounding::Grounding;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
-use crate::body::{AnyBody, Collected, Logged, Rewriting, collect_capped, full};
-use crate::decode::{self, Decoded};
-use crate::log::RequestLog;
+use crate::body::{AnyBody, Exchanged, full};
 use crate::upstream::{Upstream, UpstreamFailure, json_response};
-
-/// Largest whole (non-streamed) upstream body the gateway rewrites; a
-/// larger one passes through unchanged.
-pub(crate) const WHOLE_BODY_CAP: usize = 64 << 20;
-
-const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-const X_SEARCH: HeaderName = HeaderName::from_static("x-citestream-search");
-const X_REMAINING: HeaderName = HeaderName::from_static("x-citestream-searches-remaining");
-const X_REWRITE: HeaderName = HeaderName::from_static("x-citestream-rewrite");
 
 /// What every request shares.
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) grounding: Grounding,
+    pub(crate) grounding: Arc<Grounding>,
     pub(crate) upstream: Upstream,
-    pub(crate) max_request_body: u64,
     pub(crate) draining: AtomicBool,
 }
 
@@ -67,339 +49,205 @@ pub(crate) struct State {
 pub(crate) async fn handle(
     state: Arc<State>,
     req: Request<Incoming>,
-) -> Result<Response<Logged>, Infallible> {
-    let rid = request_id(req.headers());
-    let mut log = RequestLog::new(&rid, req.method().as_str(), req.uri().path());
-    let mut resp = route(&state, req, &rid, &mut log).await;
-    log.set_status(resp.status().as_u16());
-    if let Ok(v) = HeaderValue::from_str(&rid) {
-        resp.headers_mut().insert(X_REQUEST_ID, v);
+    client: Option<SocketAddr>,
+) -> Result<Response<AnyBody>, Infallible> {
+    if let Some(r) = probe(&state, &req) {
+        tracing::debug!(
+            target: "citestream::request",
+            method = %req.method(),
+            path = req.uri().path(),
+            status = r.status().as_u16(),
+            "probe"
+        );
+        return Ok(r);
     }
-    let open = is_sse(resp.headers()).then(|| state.grounding.metrics().open_stream());
-    Ok(resp.map(|b| Logged::new(b, log, open)))
+    let (parts, body) = req.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path(), |p| p.as_str());
+    let head = RequestHead {
+        method: parts.method.clone(),
+        path: path.to_owned(),
+        headers: parts.headers,
+        client,
+    };
+    let mut ex = Exchange::new(state.grounding.clone(), head);
+    let (method, uri) = (parts.method, parts.uri);
+    let (body, whole) = match ex.handling() {
+        Handling::NotOurs => return Ok(reply(ex.not_found())),
+        Handling::Grounded(_) => match read_body(&mut ex, body).await {
+            Ok(b) => (None, Some(b)),
+            Err(r) => return Ok(reply(r)),
+        },
+        Handling::Proxied => (Some(body), None),
+    };
+    let fwd = match ex.on_request(whole).await {
+        Ok(f) => f,
+        Err(r) => return Ok(reply(r)),
+    };
+    let mut headers = forward_headers(ex.request_headers());
+    let up_body = match (fwd.body, body) {
+        (Some(b), _) => full(b),
+        (None, Some(b)) => {
+            // Proxied: the client's body streams through with its length.
+            if let Some(cl) = ex.request_headers().get(header::CONTENT_LENGTH) {
+                headers.insert(header::CONTENT_LENGTH, cl.clone());
+            }
+            b.map_err(Into::into).boxed()
+        }
+        (None, None) => full(Bytes::new()),
+    };
+    fwd.edits.apply(&mut headers);
+    let mut up = Request::new(up_body);
+    *up.method_mut() = method;
+    *up.uri_mut() = uri;
+    *up.headers_mut() = headers;
+    let resp = match state.upstream.send(ex.endpoint(), up).await {
+        Ok(r) => r,
+        Err(f) => {
+            let (class, detail) = failure_class(f);
+            return Ok(reply(ex.on_error(class, &detail).await));
+        }
+    };
+    Ok(respond(ex, resp).await)
 }
 
-async fn route(
-    state: &State,
-    req: Request<Incoming>,
-    rid: &str,
-    log: &mut RequestLog,
-) -> Response<AnyBody> {
+/// `/healthz`, `/readyz`, `/metrics`; `None` for any other path.
+fn probe(state: &State, req: &Request<Incoming>) -> Option<Response<AnyBody>> {
     let path = req.uri().path();
-    let get_only =
-        |state: &State, req: &Request<Incoming>, f: &dyn Fn(&State) -> Response<AnyBody>| {
-            if matches!(*req.method(), Method::GET | Method::HEAD) {
-                f(state)
-            } else {
-                let e = ErrorReply::method_not_allowed(
-                    ErrorShape::OpenAi,
-                    req.method().as_str(),
-                    req.uri().path(),
-                );
-                let mut r = reply(&e);
-                r.headers_mut()
-                    .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-                r
-            }
-        };
-    match path {
-        "/healthz" => get_only(state, &req, &|_| text(StatusCode::OK, "ok\n")),
-        "/readyz" => get_only(state, &req, &|s| {
-            if s.draining.load(Ordering::Relaxed) {
-                text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-            } else {
-                text(StatusCode::OK, "ready\n")
-            }
-        }),
-        "/metrics" => get_only(state, &req, &|s| {
-            let mut r = Response::new(full(s.grounding.metrics().render()));
+    if !matches!(path, "/healthz" | "/readyz" | "/metrics") {
+        return None;
+    }
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let e = ErrorReply::method_not_allowed(ErrorShape::OpenAi, req.method().as_str(), path);
+        let mut r = json_response(e.status(), e.into_body());
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return Some(r);
+    }
+    Some(match path {
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if state.draining.load(Ordering::Relaxed) => {
+            text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+        }
+        "/readyz" => text(StatusCode::OK, "ready\n"),
+        _ => {
+            let mut r = Response::new(full(state.grounding.metrics().render()));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
             );
             r
-        }),
-        "/v1/chat/completions" if req.method() == Method::POST => {
-            grounded(state, Endpoint::ChatCompletions, req, rid, log).await
         }
-        "/v1/messages" if req.method() == Method::POST => {
-            grounded(state, Endpoint::Messages, req, rid, log).await
-        }
-        p if p.starts_with("/v1/") => pass_through(state, req, rid, log).await,
-        _ => reply(&ErrorReply::not_found(
-            ErrorShape::OpenAi,
-            req.method().as_str(),
-            path,
-        )),
-    }
+    })
 }
 
-/// The client's `x-request-id` when it is sane (1–200 visible ASCII
-/// characters), else a new random one.
-fn request_id(h: &HeaderMap) -> String {
-    if let Some(v) = h.get(X_REQUEST_ID) {
-        let b = v.as_bytes();
-        if !b.is_empty() && b.len() <= 200 && b.iter().all(|c| c.is_ascii_graphic()) {
-            return String::from_utf8_lossy(b).into_owned();
-        }
-    }
-    new_request_id()
-}
-
-fn new_request_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::AtomicU64;
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let c = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut parts = [0u64; 2];
-    for (i, p) in parts.iter_mut().enumerate() {
-        let mut h = std::hash::RandomState::new().build_hasher();
-        h.write_u64(c);
-        h.write_usize(i);
-        *p = h.finish();
-    }
-    format!("req_{:016x}{:016x}", parts[0], parts[1])
-}
-
-async fn grounded(
-    state: &State,
-    endpoint: Endpoint,
-    req: Request<Incoming>,
-    rid: &str,
-    log: &mut RequestLog,
-) -> Response<AnyBody> {
-    let label = EndpointLabel::from(endpoint);
-    log.set_endpoint(label.as_str());
-    let (parts, body) = req.into_parts();
-    let body = match read_body(state, endpoint, &parts.headers, body).await {
-        Ok(b) => b,
-        Err(e) => {
-            state
-                .grounding
-                .metrics()
-                .request(label, SearchLabel::Rejected);
-            return reply(&e);
-        }
-    };
-    let g = match state
-        .grounding
-        .prepare(endpoint, &parts.headers, body)
-        .await
-    {
-        Ok(g) => g,
-        Err(e) => return reply(&e),
-    };
-    log.set_search(g.search_header(), &g.account);
-    log.set_stream(g.stream);
-    let mut headers = forward_headers(&parts.headers, rid);
-    if g.plan.is_some() {
-        headers.insert(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
-    }
-    let mut up = Request::new(full(g.body.clone()));
-    *up.method_mut() = Method::POST;
-    *up.uri_mut() = parts.uri.clone();
-    *up.headers_mut() = headers;
-    let mut resp = match send(state, Some(endpoint), up, log).await {
-        Ok(r) => respond(state, r, g.plan.as_ref()).await,
-        Err(e) => e,
-    };
-    search_headers(resp.headers_mut(), &g);
-    resp
-}
-
-/// The request body, at most `max_request_body` bytes.
-async fn read_body(
-    state: &State,
-    endpoint: Endpoint,
-    headers: &HeaderMap,
-    body: Incoming,
-) -> Result<Bytes, ErrorReply> {
-    let limit = state.max_request_body;
-    let too_large = || ErrorReply::too_large(endpoint.into(), limit);
-    let declared = headers
+/// The request body, at most the exchange's limit.
+async fn read_body(ex: &mut Exchange, body: Incoming) -> Result<Bytes, Reply> {
+    let limit = ex.max_request_body();
+    let declared = ex
+        .request_headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return Err(too_large());
+        return Err(ex.request_too_large());
     }
     let cap = usize::try_from(limit).unwrap_or(usize::MAX);
     match Limited::new(body, cap).collect().await {
         Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(ErrorReply::invalid_request(
-            endpoint.into(),
-            &format!("Could not read the request body: {e}"),
-            None,
-        )),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ex.request_too_large()),
+        Err(e) => Err(ex.request_unreadable(&e.to_string())),
     }
 }
 
-fn search_headers(h: &mut HeaderMap, g: &Grounded) {
-    h.insert(X_SEARCH, HeaderValue::from_static(g.search_header()));
-    if let Some(v) = g
-        .remaining_header()
-        .and_then(|v| HeaderValue::from_str(&v).ok())
-    {
-        h.insert(X_REMAINING, v);
-    }
-}
-
-async fn pass_through(
-    state: &State,
-    req: Request<Incoming>,
-    rid: &str,
-    log: &mut RequestLog,
-) -> Response<AnyBody> {
-    log.set_endpoint(EndpointLabel::Other.as_str());
-    let metrics = state.grounding.metrics();
-    if let Err(e) = state
-        .grounding
-        .authenticate(req.uri().path(), req.headers())
-    {
-        metrics.request(EndpointLabel::Other, SearchLabel::Rejected);
-        return reply(&e);
-    }
-    metrics.request(EndpointLabel::Other, SearchLabel::None);
-    let (parts, body) = req.into_parts();
-    let mut up = Request::new(body.map_err(Into::into).boxed());
-    *up.method_mut() = parts.method.clone();
-    *up.uri_mut() = parts.uri.clone();
-    *up.headers_mut() = forward_headers(&parts.headers, rid);
-    if let Some(cl) = parts.headers.get(header::CONTENT_LENGTH) {
-        up.headers_mut().insert(header::CONTENT_LENGTH, cl.clone());
-    }
-    match send(state, None, up, log).await {
-        Ok(r) => relay(r),
-        Err(e) => e,
-    }
-}
-
-/// Sends upstream; a failure becomes the 502/504 to answer.
-async fn send(
-    state: &State,
-    endpoint: Option<Endpoint>,
-    up: Request<AnyBody>,
-    log: &mut RequestLog,
-) -> Result<Response<AnyBody>, Response<AnyBody>> {
-    let shape = ErrorShape::for_path(up.uri().path());
-    let label = endpoint.map_or(EndpointLabel::Other, EndpointLabel::from);
-    let metrics = state.grounding.metrics();
-    let t0 = Instant::now();
-    let r = state.upstream.send(endpoint, up).await;
-    log.set_upstream_time(t0);
-    match r {
-        Ok(resp) => {
-            metrics.upstream_latency(label, t0.elapsed());
-            Ok(resp)
-        }
-        Err(UpstreamFailure::Timeout(m)) => {
-            metrics.upstream_error(UpstreamError::Timeout);
-            log.set_error(m.clone());
-            Err(reply(&ErrorReply::gateway_timeout(shape, &m)))
-        }
-        Err(UpstreamFailure::Unreachable(m)) => {
-            metrics.upstream_error(UpstreamError::Refused);
-            log.set_error(m.clone());
-            Err(reply(&ErrorReply::bad_gateway(shape, &m)))
+/// The class of an upstream failure, and its detail for the log.
+fn failure_class(f: UpstreamFailure) -> (FailureClass, String) {
+    match f {
+        UpstreamFailure::Timeout(m) => (FailureClass::Timeout, m),
+        UpstreamFailure::Unreachable(m) => {
+            let l = m.to_ascii_lowercase();
+            let tls = ["certificate", "tls", "handshake", "ssl"]
+                .iter()
+                .any(|w| l.contains(w));
+            let class = if tls {
+                FailureClass::Tls
+            } else {
+                FailureClass::Refused
+            };
+            (class, m)
         }
     }
 }
 
-/// The response of a grounded request: rewritten when there is a plan and
-/// the upstream answered 2xx with an uncompressed body.
-async fn respond(
-    state: &State,
-    resp: Response<AnyBody>,
-    plan: Option<&ResponsePlan>,
-) -> Response<AnyBody> {
-    let Some(plan) = plan.filter(|_| resp.status().is_success()) else {
-        return relay(resp);
-    };
-    let Ok(coding) = decode::coding(resp.headers()) else {
-        let mut r = relay(resp);
-        r.headers_mut().insert(
-            X_REWRITE,
-            HeaderValue::from_static("skipped-content-encoding"),
-        );
-        return r;
-    };
-    let opts = state.grounding.rewrite_options();
+/// The upstream's response, as the exchange decides.
+async fn respond(mut ex: Exchange, resp: Response<AnyBody>) -> Response<AnyBody> {
     let (mut parts, mut body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    if let Some(c) = coding {
-        parts.headers.remove(header::CONTENT_ENCODING);
-        parts.headers.remove(header::CONTENT_LENGTH);
-        body = Decoded::new(body, c).boxed();
+    let head = ex
+        .on_response_headers(parts.status.as_u16(), &parts.headers)
+        .await;
+    head.edits.apply(&mut parts.headers);
+    if head.body != BodyPlan::Whole {
+        let trailers = head.body == BodyPlan::Pass;
+        return Response::from_parts(parts, Exchanged::new(body, ex, trailers).boxed());
     }
-    if is_sse(&parts.headers) {
-        parts.headers.remove(header::CONTENT_LENGTH);
-        sse_headers(&mut parts.headers);
-        let metrics = state.grounding.metrics().clone();
-        let body = Rewriting::new(body, plan.stream_rewriter(opts), metrics);
-        return Response::from_parts(parts, body.boxed());
-    }
-    match collect_capped(body, WHOLE_BODY_CAP).await {
-        Ok(Collected::Whole(b)) => {
-            let out = Bytes::from(plan.rewrite_body(&b, opts).into_owned());
-            parts
-                .headers
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(out.len()));
-            Response::from_parts(parts, full(out))
+    // A whole body: read until the exchange has output.
+    let mut ended = false;
+    loop {
+        let mut first = match ex.next_output() {
+            Ok(Some(b)) => b,
+            Ok(None) if ended => Bytes::new(), // an empty body
+            Ok(None) => {
+                match body.frame().await {
+                    Some(Ok(f)) => {
+                        if let Ok(d) = f.into_data() {
+                            ex.on_response_body(d, false);
+                        }
+                    }
+                    Some(Err(e)) => {
+                        return reply(ex.on_error(FailureClass::Broken, &e.to_string()).await);
+                    }
+                    None => {
+                        ended = true;
+                        ex.on_response_body(Bytes::new(), true);
+                    }
+                }
+                continue;
+            }
+            Err(e) => {
+                return reply(ex.on_error(FailureClass::Broken, &e.to_string()).await);
+            }
+        };
+        if !ended {
+            // Over the cap: the rest passes through the exchange.
+            let rest = Exchanged::new(body, ex, false).after(first);
+            return Response::from_parts(parts, rest.boxed());
         }
-        Ok(Collected::Over(rest)) => Response::from_parts(parts, rest),
-        Err(e) => {
-            state
-                .grounding
-                .metrics()
-                .upstream_error(UpstreamError::Broken);
-            let shape = ErrorShape::from(plan.endpoint);
-            reply(&ErrorReply::bad_gateway(
-                shape,
-                &format!("the response body broke off: {e}"),
-            ))
+        // The whole rewritten body (one piece, or a few when it was passed
+        // over the cap at its very end).
+        let mut more = BytesMut::new();
+        while let Ok(Some(b)) = ex.next_output() {
+            if more.is_empty() {
+                more.extend_from_slice(&first);
+            }
+            more.extend_from_slice(&b);
         }
+        if !more.is_empty() {
+            first = more.freeze();
+        }
+        return Response::from_parts(parts, full(first));
     }
-}
-
-/// An upstream response relayed as it is (hop-by-hop headers dropped).
-fn relay(resp: Response<AnyBody>) -> Response<AnyBody> {
-    let (mut parts, body) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    if is_sse(&parts.headers) {
-        sse_headers(&mut parts.headers);
-    }
-    Response::from_parts(parts, body)
-}
-
-fn sse_headers(h: &mut HeaderMap) {
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-}
-
-fn is_sse(h: &HeaderMap) -> bool {
-    h.get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        })
 }
 
 /// The client's headers as they go upstream: hop-by-hop ones, `host` and
-/// `content-length` dropped (the client sets them), `x-request-id` set.
-fn forward_headers(client: &HeaderMap, rid: &str) -> HeaderMap {
+/// `content-length` dropped (the upstream client sets them).
+fn forward_headers(client: &HeaderMap) -> HeaderMap {
     let mut h = client.clone();
     strip_hop_by_hop(&mut h);
     h.remove(header::HOST);
     h.remove(header::CONTENT_LENGTH);
-    if let Ok(v) = HeaderValue::from_str(rid) {
-        h.insert(X_REQUEST_ID, v);
-    }
     h
 }
 
@@ -431,9 +279,11 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-/// A host-made error response.
-fn reply(e: &ErrorReply) -> Response<AnyBody> {
-    json_response(e.status(), e.body().clone())
+/// A reply the exchange made.
+fn reply(r: Reply) -> Response<AnyBody> {
+    let mut resp = json_response(r.status, r.body);
+    r.headers.apply(resp.headers_mut());
+    resp
 }
 
 fn text(status: StatusCode, s: &'static str) -> Response<AnyBody> {

@@ -17,6 +17,7 @@
 //!   [`serve`] returns.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -92,7 +93,7 @@ pub(crate) async fn serve(
         .keep_alive_interval(Some(Duration::from_secs(30)));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
-    let accept = |stream: TcpStream| {
+    let accept = |stream: TcpStream, peer: SocketAddr| {
         let _ = stream.set_nodelay(true);
         let live = live.clone();
         let builder = builder.clone();
@@ -102,7 +103,7 @@ pub(crate) async fn serve(
                 return;
             }
             // The state of the moment, once per request.
-            let svc = service_fn(move |req| handle(live.state.load(), req));
+            let svc = service_fn(move |req| handle(live.state.load(), req, Some(peer)));
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(error = %e, "connection ended with an error");
@@ -112,7 +113,7 @@ pub(crate) async fn serve(
     let drain = loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => accept(stream),
+                Ok((stream, peer)) => accept(stream, peer),
                 Err(e) => accept_failed(&e).await,
             },
             d = &mut shutdown => break d,
@@ -129,7 +130,7 @@ pub(crate) async fn serve(
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _peer)) => accept(stream),
+                    Ok((stream, peer)) => accept(stream, peer),
                     Err(e) => accept_failed(&e).await,
                 },
                 () = &mut delay => break,

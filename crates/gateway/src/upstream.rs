@@ -10,10 +10,8 @@
 //!   double it (`https://api.openai.com/v1` + `/v1/models` →
 //!   `https://api.openai.com/v1/models`).
 //! * Hop-by-hop headers are not forwarded (either way); `host` is the
-//!   upstream's. With `upstream.api_key` set, the client's
-//!   `authorization` and `x-api-key` are replaced by the configured key
-//!   (`Authorization: Bearer` on OpenAI-shaped paths, `x-api-key` on
-//!   `/v1/messages`); otherwise the client's own headers go upstream.
+//!   upstream's. Credentials are the request's exchange's decision
+//!   (`citestream_host::exchange`): the headers arrive here as they go.
 //! * No response headers within `headers_timeout` (or no connection within
 //!   `connect_timeout`): [`UpstreamFailure::Timeout`] (a 504); refused or
 //!   broken before the headers: [`UpstreamFailure::Unreachable`] (a 502).
@@ -26,7 +24,7 @@ use bytes::Bytes;
 use citestream::request::Endpoint;
 use citestream_host::config::UpstreamConfig;
 use citestream_host::errors::ErrorShape;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Request, Response, Uri};
 use http_body_util::BodyExt;
 use hyper_rustls::HttpsConnector;
@@ -107,7 +105,6 @@ pub(crate) struct HttpUpstream {
     client: Client<HttpsConnector<HttpConnector>, AnyBody>,
     base: Base,
     messages_base: Option<Base>,
-    api_key: Option<String>,
     headers_timeout: Duration,
 }
 
@@ -141,7 +138,6 @@ impl Upstream {
             client,
             base,
             messages_base,
-            api_key: (!cfg.api_key.is_empty()).then(|| cfg.api_key.clone()),
             headers_timeout: cfg.headers_timeout,
         })))
     }
@@ -185,9 +181,6 @@ impl HttpUpstream {
             .join(&pq)
             .map_err(|e| UpstreamFailure::Unreachable(format!("bad upstream URL: {e}")))?;
         parts.headers.remove(header::HOST);
-        if let Some(key) = &self.api_key {
-            set_key(&mut parts.headers, shape, key);
-        }
         let fut = self.client.request(Request::from_parts(parts, body));
         match tokio::time::timeout(self.headers_timeout, fut).await {
             Err(_) => Err(UpstreamFailure::Timeout(format!(
@@ -197,19 +190,6 @@ impl HttpUpstream {
             Ok(Err(e)) => Err(classify(&e)),
             Ok(Ok(resp)) => Ok(resp.map(|b| b.map_err(Into::into).boxed())),
         }
-    }
-}
-
-/// Replaces the client's credentials with the configured key.
-fn set_key(h: &mut HeaderMap, shape: ErrorShape, key: &str) {
-    h.remove(header::AUTHORIZATION);
-    h.remove("x-api-key");
-    let (name, value) = match shape {
-        ErrorShape::OpenAi => (header::AUTHORIZATION, format!("Bearer {key}")),
-        ErrorShape::Anthropic => (HeaderName::from_static("x-api-key"), key.to_owned()),
-    };
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        h.insert(name, v);
     }
 }
 
@@ -294,21 +274,5 @@ mod tests {
         );
         let b = Base::parse("http://h/v1").unwrap();
         assert_eq!(b.join("/v1x").unwrap().to_string(), "http://h/v1/v1x");
-    }
-
-    #[test]
-    fn configured_key_by_shape() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer client"),
-        );
-        h.insert("x-api-key", HeaderValue::from_static("client"));
-        set_key(&mut h, ErrorShape::OpenAi, "sk-up");
-        assert_eq!(h.get(header::AUTHORIZATION).unwrap(), "Bearer sk-up");
-        assert!(h.get("x-api-key").is_none());
-        set_key(&mut h, ErrorShape::Anthropic, "sk-up");
-        assert_eq!(h.get("x-api-key").unwrap(), "sk-up");
-        assert!(h.get(header::AUTHORIZATION).is_none());
     }
 }

@@ -20,13 +20,9 @@ fn lisbon_sources() -> Arc<Sources> {
 fn rewrite_all(mut r: impl StreamRewriter, input: &Bytes) -> Bytes {
     let mut out = Vec::new();
     r.feed(input.clone());
-    while let Some(b) = r.next_output() {
-        out.extend_from_slice(&b);
-    }
+    r.drain_into(&mut out);
     r.finish();
-    while let Some(b) = r.next_output() {
-        out.extend_from_slice(&b);
-    }
+    r.drain_into(&mut out);
     out.into()
 }
 
@@ -204,10 +200,12 @@ async fn host_errors_are_in_the_endpoint_shape_and_never_reach_upstream() {
         .unwrap();
     let text = m.into_body().collect().await.unwrap().to_bytes();
     let text = String::from_utf8_lossy(&text);
-    assert!(
-        text.contains("citestream_requests_total{endpoint=\"messages\",search=\"rejected\"} 5"),
-        "{text}"
-    );
+    for (status, n) in [(401, 2), (400, 2), (413, 1)] {
+        let line = format!(
+            "citestream_requests_total{{endpoint=\"messages\",search=\"rejected\",status=\"{status}\"}} {n}\n"
+        );
+        assert!(text.contains(&line), "{line} in {text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

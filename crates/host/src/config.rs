@@ -135,6 +135,9 @@ pub struct UpstreamConfig {
     /// Default 120 s.
     #[serde(with = "units::duration")]
     pub headers_timeout: Duration,
+    /// `keys` mode: send the client's `authorization` / `x-api-key`
+    /// upstream (default false: they are removed).
+    pub forward_client_auth: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -145,6 +148,7 @@ impl Default for UpstreamConfig {
             api_key: String::new(),
             connect_timeout: Duration::from_secs(5),
             headers_timeout: Duration::from_secs(120),
+            forward_client_auth: false,
         }
     }
 }
@@ -176,7 +180,7 @@ pub enum OffsetsName {
 }
 
 /// `[rewrite]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct RewriteConfig {
@@ -184,6 +188,19 @@ pub struct RewriteConfig {
     pub dialect: DialectName,
     /// `chars | utf16 | bytes`.
     pub offsets: OffsetsName,
+    /// Largest whole (non-streamed) response body held for rewriting; a
+    /// larger one passes through unrewritten. Default 64 MiB.
+    pub max_whole_body: ByteSize,
+}
+
+impl Default for RewriteConfig {
+    fn default() -> Self {
+        RewriteConfig {
+            dialect: DialectName::default(),
+            offsets: OffsetsName::default(),
+            max_whole_body: ByteSize(64 << 20),
+        }
+    }
 }
 
 /// `inject.placement`.

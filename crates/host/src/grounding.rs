@@ -1,6 +1,8 @@
-//! The request side of the system for any host (SPEC sections 3 and 4):
-//! auth → account → inspect → quota reserve → search → commit or release →
-//! inject, and what to do with the response.
+//! The request side of the system for any host (the request rules of
+//! [docs/reference/request.md](../../../docs/reference/request.md)):
+//! auth → account → inspect → quota reserve → search → inject, with the
+//! reservation handed on to the response side. Hosts drive it through
+//! [`crate::exchange::Exchange`], which also owns the response rules.
 //!
 //! Contract:
 //! * [`Grounding::prepare`] takes the endpoint, the request headers and
@@ -8,17 +10,19 @@
 //!   a missing or unknown key in `keys` mode, 400 for a body the flow
 //!   refuses), or a [`Grounded`] request: the body to send upstream, the
 //!   [`ResponsePlan`] when the response must be rewritten, the
-//!   [`Outcome`] and the values of the `x-citestream-search` and
-//!   `x-citestream-searches-remaining` headers.
+//!   [`Outcome`], the values of the `x-citestream-search` and
+//!   `x-citestream-searches-remaining` headers, and the search the sources
+//!   used, still reserved ([`Grounded::pending`]): commit it when the
+//!   upstream answers 2xx, release it otherwise; dropping it releases it.
 //! * A search failure, an empty result, a used-up quota or an unreachable
 //!   quota store never fail the request: it goes upstream without sources
 //!   (SPEC section 9).
 //! * Dropping the future returned by `prepare` (the client went away)
 //!   cancels the search and releases an unfinished reservation at once,
 //!   in the Redis store too (see [`crate::store`]).
-//! * Metrics: every call counts one request (by endpoint and outcome),
-//!   each search run (by result, with its duration), quota exhaustions and
-//!   quota store errors.
+//! * Metrics: each search run (by result, with its duration), quota
+//!   exhaustions and quota store errors. Requests are counted by the
+//!   exchange, once their status is known.
 //!
 //! Body size limits are the host's job (it reads the body); a host answers
 //! an over-size body with [`ErrorReply::too_large`].
@@ -33,10 +37,12 @@ use citestream::quota::{Clock, QuotaStore, SystemClock, utc_day};
 use citestream::request::{Endpoint, InjectOptions};
 use citestream_search::{Search, SearchErrorKind};
 
+use citestream::quota::{QuotaError, Reservation, Ticket};
+
 use crate::auth::{Account, Accounts};
-use crate::config::{Config, ConfigError};
+use crate::config::{AuthMode, Config, ConfigError};
 use crate::errors::{ErrorReply, ErrorShape};
-use crate::metrics::{EndpointLabel, Metrics, SearchLabel, SearchResult, outcome_str};
+use crate::metrics::{Metrics, SearchResult};
 use crate::store::{SharedClock, Store};
 
 /// The request side, built once per process from the config and shared by
@@ -50,10 +56,81 @@ pub struct Grounding {
     rewrite: RewriteOptions,
     metrics: Arc<Metrics>,
     clock: SharedClock,
+    limits: Limits,
+    keys: KeyRules,
+}
+
+/// The size limits of `[server]` and `[rewrite]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// `server.max_request_body`.
+    pub(crate) max_request_body: u64,
+    /// `rewrite.max_whole_body`.
+    pub(crate) max_whole_body: usize,
+}
+
+/// What the upstream gets for credentials (`[upstream]`, `auth.mode`).
+#[derive(Clone, Debug)]
+pub(crate) struct KeyRules {
+    /// `upstream.api_key`, when set.
+    pub(crate) api_key: Option<String>,
+    /// `auth.mode = "keys"` and not `upstream.forward_client_auth`: the
+    /// client's key headers are removed.
+    pub(crate) strip_client: bool,
+}
+
+/// A search reserved for a grounded request, until the upstream answers:
+/// [`PendingSearch::commit`] on a 2xx, [`PendingSearch::release`]
+/// otherwise. Dropping it releases it at once (see [`crate::store`]).
+#[derive(Debug)]
+#[must_use = "dropping a pending search releases it"]
+pub struct PendingSearch {
+    store: Store,
+    ticket: Option<Ticket>,
+}
+
+impl PendingSearch {
+    fn new(store: &Store, r: Reservation<'_, Store>) -> Option<PendingSearch> {
+        r.into_ticket().map(|t| PendingSearch {
+            store: store.clone(),
+            ticket: Some(t),
+        })
+    }
+
+    /// Counts the search (the upstream accepted the grounded request).
+    ///
+    /// # Errors
+    /// The store could not be asked (the reservation then expires with
+    /// its lease).
+    pub async fn commit(mut self) -> Result<bool, QuotaError> {
+        match self.ticket.take() {
+            Some(t) => Reservation::new(&self.store, t).commit().await,
+            None => Ok(false),
+        }
+    }
+
+    /// Gives the search back (the upstream failed or the client left).
+    ///
+    /// # Errors
+    /// The store could not be asked.
+    pub async fn release(mut self) -> Result<bool, QuotaError> {
+        match self.ticket.take() {
+            Some(t) => Reservation::new(&self.store, t).release().await,
+            None => Ok(false),
+        }
+    }
+}
+
+impl Drop for PendingSearch {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            drop(Reservation::new(&self.store, t)); // released on drop
+        }
+    }
 }
 
 /// A request ready to go upstream.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Grounded {
     /// The body to forward (`web_search` removed; sources injected when
     /// `plan` is `Some`).
@@ -69,13 +146,22 @@ pub struct Grounded {
     pub account: String,
     /// The request asked for a streamed response.
     pub stream: bool,
+    /// The request's `model` (for logs).
+    pub model: Option<String>,
+    /// The search the sources used, reserved until the upstream answers
+    /// (`Some` only with a `plan`).
+    pub pending: Option<PendingSearch>,
+    /// How long the search took, when one ran.
+    pub search_time: Option<std::time::Duration>,
+    /// Characters of the query searched, when one was.
+    pub query_chars: Option<usize>,
 }
 
 impl Grounded {
     /// The `x-citestream-search` header value.
     #[must_use]
     pub fn search_header(&self) -> &'static str {
-        outcome_str(self.outcome)
+        self.outcome.as_str()
     }
 
     /// The `x-citestream-searches-remaining` header value, when there is
@@ -108,6 +194,13 @@ impl Grounding {
         let store = Store::from_config(cfg, clock.clone())?;
         // The setup error's message names the key itself.
         let search = Search::new(&cfg.search).map_err(|e| ConfigError::new("", e.to_string()))?;
+        let keys = KeyRules {
+            api_key: (!cfg.upstream.api_key.is_empty()).then(|| cfg.upstream.api_key.clone()),
+            strip_client: cfg.auth.mode == AuthMode::Keys && !cfg.upstream.forward_client_auth,
+        };
+        if let Some(w) = crate::exchange::key_warning(cfg) {
+            tracing::warn!("{w}");
+        }
         Ok(Grounding {
             accounts,
             store,
@@ -116,6 +209,11 @@ impl Grounding {
             rewrite: cfg.rewrite_options(),
             metrics: Arc::new(Metrics::new()),
             clock,
+            limits: Limits {
+                max_request_body: cfg.server.max_request_body.0,
+                max_whole_body: usize::try_from(cfg.rewrite.max_whole_body.0).unwrap_or(usize::MAX),
+            },
+            keys,
         })
     }
 
@@ -135,6 +233,14 @@ impl Grounding {
             g.store = self.store.clone();
         }
         Ok(g)
+    }
+
+    pub(crate) fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub(crate) fn key_rules(&self) -> &KeyRules {
+        &self.keys
     }
 
     /// The metrics registry (hosts record upstream latency, event latency
@@ -196,29 +302,29 @@ impl Grounding {
         headers: &http::HeaderMap,
         body: Bytes,
     ) -> Result<Grounded, ErrorReply> {
-        let label = EndpointLabel::from(endpoint);
         let account = match self.accounts.authenticate_headers(headers) {
             Ok(a) => a,
-            Err(e) => {
-                self.metrics.request(label, SearchLabel::Rejected);
-                return Err(ErrorReply::unauthorized(endpoint.into(), &e.to_string()));
-            }
+            Err(e) => return Err(ErrorReply::unauthorized(endpoint.into(), &e.to_string())),
         };
         let limit = account.searches_per_day();
         let flow = match Flow::start(&self.store, account.id(), limit, endpoint, body).await {
             Ok(f) => f,
-            Err(e) => {
-                self.metrics.request(label, SearchLabel::Rejected);
-                return Err(ErrorReply::from(&e));
-            }
+            Err(e) => return Err(ErrorReply::from(&e)),
         };
         let asked = flow.inspection().web_search();
         let stream = flow.inspection().stream();
+        let model = flow.inspection().model().map(str::to_owned);
+        let mut search_time = None;
+        let mut query_chars = None;
         let prepared = match flow.query().cloned() {
             None => flow.finish(Vec::new(), &self.inject).await,
             Some(q) => {
                 let t0 = Instant::now();
-                match self.search.search(&q).await {
+                query_chars = Some(q.text.chars().count());
+                tracing::debug!(query = %q.text, "search query");
+                let r = self.search.search(&q).await;
+                search_time = Some(t0.elapsed());
+                match r {
                     Ok(found) => {
                         let r = if found.is_empty() {
                             SearchResult::NothingFound
@@ -253,8 +359,9 @@ impl Grounding {
             Outcome::QuotaUnavailable => None,
             _ => self.remaining(account.id(), limit).await,
         };
-        self.metrics
-            .request(label, SearchLabel::Outcome(prepared.outcome));
+        let pending = prepared
+            .reservation
+            .and_then(|r| PendingSearch::new(&self.store, r));
         Ok(Grounded {
             body: prepared.body,
             plan: prepared.plan,
@@ -262,6 +369,10 @@ impl Grounding {
             remaining,
             account: account.id().to_owned(),
             stream,
+            model,
+            pending,
+            search_time,
+            query_chars,
         })
     }
 

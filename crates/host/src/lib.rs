@@ -39,6 +39,7 @@
 pub mod auth;
 pub mod config;
 pub mod errors;
+pub mod exchange;
 pub mod grounding;
 pub mod metrics;
 pub mod reload;

@@ -6,7 +6,8 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `citestream_requests_total` | counter | `endpoint` (`chat_completions`, `messages`, `other`), `search` (an `x-citestream-search` value, `rejected` for a request answered with an error by the host, `none` on other endpoints) |
+//! | `citestream_requests_total` | counter | `endpoint` (`chat`, `messages`, `other`), `search` (an `x-citestream-search` value, `rejected` for a request answered with an error by the host before going upstream, `none` on other endpoints), `status` (the HTTP status sent; `none` when the client left before one); only series seen are listed |
+//! | `citestream_upstream_responses_total` | counter | `endpoint`, `class` (`1xx` … `5xx`): upstream responses by status class |
 //! | `citestream_searches_total` | counter | `result` (`found`, `nothing_found`, `timeout`, `error`) |
 //! | `citestream_quota_exhausted_total` | counter | |
 //! | `citestream_quota_errors_total` | counter | |
@@ -23,94 +24,90 @@ use std::time::Duration;
 use citestream::flow::Outcome;
 use citestream::request::Endpoint;
 
-/// The `endpoint` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EndpointLabel {
-    /// `/v1/chat/completions`.
-    ChatCompletions,
-    /// `/v1/messages`.
-    Messages,
-    /// Any other proxied path.
-    Other,
-}
-
-impl EndpointLabel {
-    const ALL: [EndpointLabel; 3] = [Self::ChatCompletions, Self::Messages, Self::Other];
-
-    /// The label value.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ChatCompletions => "chat_completions",
-            Self::Messages => "messages",
-            Self::Other => "other",
-        }
-    }
-}
-
-impl From<Endpoint> for EndpointLabel {
-    fn from(e: Endpoint) -> Self {
-        match e {
-            Endpoint::ChatCompletions => Self::ChatCompletions,
-            Endpoint::Messages => Self::Messages,
-        }
-    }
-}
-
-/// The `x-citestream-search` header value of an outcome.
+/// The `endpoint` label: a grounded endpoint's name ([`Endpoint::as_str`]),
+/// or `other` for any other proxied path.
 #[must_use]
-pub fn outcome_str(o: Outcome) -> &'static str {
-    match o {
-        Outcome::NotRequested => "not-requested",
-        Outcome::NoQuery => "no-query",
-        Outcome::Injected => "injected",
-        Outcome::NothingFound => "nothing-found",
-        Outcome::SearchFailed => "failed",
-        Outcome::QuotaExhausted => "quota-exhausted",
-        Outcome::QuotaUnavailable => "quota-unavailable",
-        _ => "failed",
-    }
+pub fn endpoint_label(e: Option<Endpoint>) -> &'static str {
+    e.map_or("other", Endpoint::as_str)
 }
 
-/// The `search` label of a request.
+const N_ENDPOINT: usize = Endpoint::ALL.len() + 1;
+
+fn endpoint_index(e: Option<Endpoint>) -> usize {
+    e.map_or(Endpoint::ALL.len(), Endpoint::index)
+}
+
+fn endpoint_at(i: usize) -> Option<Endpoint> {
+    Endpoint::ALL.get(i).copied()
+}
+
+/// The `search` label of a request: the one place its values are
+/// spelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SearchLabel {
-    /// The flow's outcome.
+    /// The flow's outcome (the `x-citestream-search` value).
     Outcome(Outcome),
-    /// Answered by the host with an error (401, 400, 413, 502, 504).
+    /// Answered by the host with an error before going upstream (400,
+    /// 401, 404, 413).
     Rejected,
     /// Not a grounded endpoint.
     None,
 }
 
-const OUTCOMES: [Outcome; 7] = [
-    Outcome::NotRequested,
-    Outcome::NoQuery,
-    Outcome::Injected,
-    Outcome::NothingFound,
-    Outcome::SearchFailed,
-    Outcome::QuotaExhausted,
-    Outcome::QuotaUnavailable,
-];
-const N_SEARCH: usize = OUTCOMES.len() + 2;
+const N_SEARCH: usize = Outcome::ALL.len() + 2;
 
 impl SearchLabel {
-    fn index(self) -> usize {
+    /// The label value: an `x-citestream-search` value, `rejected` or
+    /// `none`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
         match self {
-            SearchLabel::Outcome(o) => OUTCOMES.iter().position(|x| *x == o).unwrap_or(4),
-            SearchLabel::Rejected => OUTCOMES.len(),
-            SearchLabel::None => OUTCOMES.len() + 1,
+            SearchLabel::Outcome(o) => o.as_str(),
+            SearchLabel::Rejected => "rejected",
+            SearchLabel::None => "none",
         }
     }
 
-    fn name(i: usize) -> &'static str {
-        match OUTCOMES.get(i) {
-            Some(o) => outcome_str(*o),
-            None if i == OUTCOMES.len() => "rejected",
-            None => "none",
+    fn index(self) -> usize {
+        match self {
+            SearchLabel::Outcome(o) => Outcome::ALL.iter().position(|x| *x == o).unwrap_or(4),
+            SearchLabel::Rejected => Outcome::ALL.len(),
+            SearchLabel::None => Outcome::ALL.len() + 1,
+        }
+    }
+
+    fn at(i: usize) -> SearchLabel {
+        match Outcome::ALL.get(i) {
+            Some(o) => SearchLabel::Outcome(*o),
+            None if i == Outcome::ALL.len() => SearchLabel::Rejected,
+            None => SearchLabel::None,
         }
     }
 }
+
+/// Statuses counted: slot 0 is "none sent" (the client left first), slots
+/// 1..=500 are 100..=599.
+const N_STATUS: usize = 501;
+
+fn status_index(status: Option<u16>) -> usize {
+    match status {
+        Some(s @ 100..=599) => usize::from(s) - 99,
+        _ => 0,
+    }
+}
+
+fn status_name(i: usize, buf: &mut String) -> &str {
+    buf.clear();
+    if i == 0 {
+        buf.push_str("none");
+    } else {
+        let _ = write!(buf, "{}", i + 99);
+    }
+    buf
+}
+
+/// The `class` label of an upstream response.
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// The `result` label of a search.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -221,13 +218,15 @@ const SLOW_BUCKETS: &[f64] = &[
 /// The registry. Share one per process (`Arc<Metrics>`).
 #[derive(Debug)]
 pub struct Metrics {
-    requests: [[AtomicU64; N_SEARCH]; 3],
+    /// `[endpoint][search][status]`, flattened.
+    requests: Box<[AtomicU64]>,
+    upstream_responses: [[AtomicU64; 5]; N_ENDPOINT],
     searches: [AtomicU64; 4],
     quota_exhausted: AtomicU64,
     quota_errors: AtomicU64,
     upstream_errors: [AtomicU64; 3],
     search_duration: Histogram,
-    upstream_latency: [Histogram; 3],
+    upstream_latency: [Histogram; N_ENDPOINT],
     event_latency: Histogram,
     open_streams: AtomicI64,
 }
@@ -243,7 +242,10 @@ impl Metrics {
     #[must_use]
     pub fn new() -> Self {
         Metrics {
-            requests: Default::default(),
+            requests: (0..N_ENDPOINT * N_SEARCH * N_STATUS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            upstream_responses: Default::default(),
             searches: Default::default(),
             quota_exhausted: AtomicU64::new(0),
             quota_errors: AtomicU64::new(0),
@@ -255,13 +257,21 @@ impl Metrics {
         }
     }
 
-    /// Counts one request.
-    pub fn request(&self, endpoint: EndpointLabel, search: SearchLabel) {
-        let e = EndpointLabel::ALL
-            .iter()
-            .position(|x| *x == endpoint)
-            .unwrap_or(2);
-        self.requests[e][search.index()].fetch_add(1, Ordering::Relaxed);
+    /// Counts one request (`endpoint` `None`: another proxied path) with
+    /// the HTTP status sent to the client (`None`: the client left before
+    /// one was sent).
+    pub fn request(&self, endpoint: Option<Endpoint>, search: SearchLabel, status: Option<u16>) {
+        let i = (endpoint_index(endpoint) * N_SEARCH + search.index()) * N_STATUS
+            + status_index(status);
+        if let Some(n) = self.requests.get(i) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts one upstream response by its status class.
+    pub fn upstream_response(&self, endpoint: Option<Endpoint>, status: u16) {
+        let c = usize::from(status / 100).clamp(1, 5) - 1;
+        self.upstream_responses[endpoint_index(endpoint)][c].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one search and its duration.
@@ -295,12 +305,8 @@ impl Metrics {
 
     /// Records the time from sending a request upstream to its response
     /// headers.
-    pub fn upstream_latency(&self, endpoint: EndpointLabel, took: Duration) {
-        let e = EndpointLabel::ALL
-            .iter()
-            .position(|x| *x == endpoint)
-            .unwrap_or(2);
-        self.upstream_latency[e].observe(took);
+    pub fn upstream_latency(&self, endpoint: Option<Endpoint>, took: Duration) {
+        self.upstream_latency[endpoint_index(endpoint)].observe(took);
     }
 
     /// Records the time spent on one upstream piece of a rewritten stream.
@@ -330,14 +336,35 @@ impl Metrics {
             &mut o,
             "citestream_requests_total",
             "counter",
-            "Requests by endpoint and search outcome.",
+            "Requests by endpoint, search outcome and the HTTP status sent.",
         );
-        for (e, row) in EndpointLabel::ALL.iter().zip(&self.requests) {
-            for (i, n) in row.iter().enumerate() {
-                let (e, s, n) = (e.as_str(), SearchLabel::name(i), load(n));
+        let mut buf = String::new();
+        for (i, n) in self.requests.iter().enumerate() {
+            let n = load(n);
+            if n == 0 {
+                continue;
+            }
+            let e = endpoint_label(endpoint_at(i / (N_SEARCH * N_STATUS)));
+            let s = SearchLabel::at(i / N_STATUS % N_SEARCH).as_str();
+            let st = status_name(i % N_STATUS, &mut buf);
+            let _ = writeln!(
+                o,
+                "citestream_requests_total{{endpoint=\"{e}\",search=\"{s}\",status=\"{st}\"}} {n}"
+            );
+        }
+        head(
+            &mut o,
+            "citestream_upstream_responses_total",
+            "counter",
+            "Upstream responses by endpoint and status class.",
+        );
+        for (e, row) in self.upstream_responses.iter().enumerate() {
+            for (c, n) in CLASSES.iter().zip(row) {
+                let e = endpoint_label(endpoint_at(e));
                 let _ = writeln!(
                     o,
-                    "citestream_requests_total{{endpoint=\"{e}\",search=\"{s}\"}} {n}"
+                    "citestream_upstream_responses_total{{endpoint=\"{e}\",class=\"{c}\"}} {}",
+                    load(n)
                 );
             }
         }
@@ -405,8 +432,8 @@ impl Metrics {
             "histogram",
             "Request sent upstream to its response headers.",
         );
-        for (e, h) in EndpointLabel::ALL.iter().zip(&self.upstream_latency) {
-            let l = format!("endpoint=\"{}\"", e.as_str());
+        for (e, h) in self.upstream_latency.iter().enumerate() {
+            let l = format!("endpoint=\"{}\"", endpoint_label(endpoint_at(e)));
             h.render(&mut o, "citestream_upstream_latency_seconds", &l);
         }
         head(
@@ -452,22 +479,34 @@ mod tests {
     fn render_counts() {
         let m = Arc::new(Metrics::new());
         m.request(
-            EndpointLabel::ChatCompletions,
+            Some(Endpoint::ChatCompletions),
             SearchLabel::Outcome(Outcome::Injected),
+            Some(200),
         );
-        m.request(EndpointLabel::Messages, SearchLabel::Rejected);
+        m.request(Some(Endpoint::Messages), SearchLabel::Rejected, Some(401));
+        m.request(None, SearchLabel::None, None);
+        m.upstream_response(Some(Endpoint::Messages), 503);
         m.search(SearchResult::Found, Duration::from_millis(3));
         m.event_added_latency(Duration::from_micros(3));
         let g = m.open_stream();
         let t = m.render();
         assert!(
             t.contains(
-                "citestream_requests_total{endpoint=\"chat_completions\",search=\"injected\"} 1"
+                "citestream_requests_total{endpoint=\"chat\",search=\"injected\",status=\"200\"} 1"
             ),
             "{t}"
         );
+        assert!(t.contains(
+            "citestream_requests_total{endpoint=\"messages\",search=\"rejected\",status=\"401\"} 1"
+        ));
+        assert!(t.contains(
+            "citestream_requests_total{endpoint=\"other\",search=\"none\",status=\"none\"} 1"
+        ));
+        assert!(t.contains(
+            "citestream_upstream_responses_total{endpoint=\"messages\",class=\"5xx\"} 1"
+        ));
         assert!(
-            t.contains("citestream_requests_total{endpoint=\"messages\",search=\"rejected\"} 1")
+            t.contains("citestream_upstream_responses_total{endpoint=\"chat\",class=\"2xx\"} 0")
         );
         assert!(t.contains("citestream_searches_total{result=\"found\"} 1"));
         assert!(t.contains("citestream_event_added_latency_seconds_bucket{le=\"0.000005\"} 1"));

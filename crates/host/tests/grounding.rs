@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use citestream::flow::Outcome;
-use citestream::quota::{ManualClock, QuotaStore, utc_day};
+use citestream::quota::{Clock, ManualClock, QuotaStore, utc_day};
 use citestream::request::Endpoint;
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
@@ -105,7 +105,21 @@ async fn outcomes_headers_and_the_daily_quota_across_midnight() {
         assert_eq!(r.remaining, Some(left));
         assert_eq!(r.account, "anonymous");
         assert_eq!(r.plan.as_ref().unwrap().sources.len(), 3);
+        // Still reserved (it counts as used) until the upstream answers 2xx.
+        let day = utc_day(clock.unix_secs());
+        let u = g.store().usage("anonymous", day).await.unwrap();
+        assert_eq!((u.committed, u.reserved), (2 - left, 1));
+        assert!(r.pending.unwrap().commit().await.unwrap());
     }
+    // A grounded request whose pending search is dropped (the upstream
+    // failed, the client left) gives it back.
+    clock.advance(1);
+    let u0 = g
+        .store()
+        .usage("anonymous", utc_day(MIDNIGHT - 9))
+        .await
+        .unwrap();
+    assert_eq!((u0.committed, u0.reserved), (3, 0));
     let r = g
         .prepare(Endpoint::ChatCompletions, &h, body("true", "Lisbon?"))
         .await
@@ -122,6 +136,13 @@ async fn outcomes_headers_and_the_daily_quota_across_midnight() {
         .await
         .unwrap();
     assert_eq!((r.search_header(), r.remaining), ("injected", Some(2)));
+    drop(r);
+    let u = g
+        .store()
+        .usage("anonymous", utc_day(MIDNIGHT))
+        .await
+        .unwrap();
+    assert_eq!((u.committed, u.reserved), (0, 0), "dropped: released");
     let m = g.metrics().render();
     assert!(m.contains("citestream_quota_exhausted_total 1"), "{m}");
     assert!(

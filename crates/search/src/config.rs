@@ -10,6 +10,13 @@
 //! max_results = 5
 //! timeout = "8s"
 //! max_text_chars = 1500
+//! query = "context"      # context | last | model: how the query is formed (docs/search.md)
+//! max_query_chars = 1000 # of the last user message, from its end
+//! query_timeout = "3s"   # query = "model": then fall back to "context"
+//! [search.query_model]   # query = "model": an OpenAI-compatible chat model writes the query
+//! base_url = ""          # e.g. "http://127.0.0.1:8000" (POST {base_url}/v1/chat/completions)
+//! api_key = ""
+//! model = ""
 //! [search.local]
 //! path = ""              # "" = the bundled corpus
 //! url_base = "local:"    # url of a passage whose file has none: url_base + relative path + #anchor
@@ -44,6 +51,17 @@ pub struct SearchConfig {
     pub timeout: Duration,
     /// Each source's `text` is cut to this many characters (default 1500).
     pub max_text_chars: usize,
+    /// How the query is formed from the conversation (default `context`).
+    pub query: QueryMode,
+    /// Only the last this many characters of the last user message are
+    /// searched, cut at a word boundary (default 1000).
+    pub max_query_chars: usize,
+    /// `query = "model"`: the query model's answer is awaited this long,
+    /// then the query is formed as for `context` (default 3 s).
+    #[serde(with = "humantime_serde")]
+    pub query_timeout: Duration,
+    /// `[search.query_model]`.
+    pub query_model: QueryModelConfig,
     /// `[search.local]`.
     pub local: LocalConfig,
     /// `[search.static]`.
@@ -69,6 +87,10 @@ impl Default for SearchConfig {
             max_results: 5,
             timeout: Duration::from_secs(8),
             max_text_chars: 1500,
+            query: QueryMode::Context,
+            max_query_chars: 1000,
+            query_timeout: Duration::from_secs(3),
+            query_model: QueryModelConfig::default(),
             local: LocalConfig::default(),
             r#static: PathConfig {
                 path: "sources.json".into(),
@@ -127,6 +149,63 @@ impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// The value of `search.query`: how the query is formed from the
+/// conversation (see [`crate::query`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueryMode {
+    /// The last user message, with terms of earlier turns when it does not
+    /// name its own subject (no model call).
+    #[default]
+    Context,
+    /// The last user message alone.
+    Last,
+    /// A model writes the query (`[search.query_model]`); `context` when
+    /// it fails.
+    Model,
+}
+
+impl QueryMode {
+    /// The config name (`context`, `last`, `model`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            QueryMode::Context => "context",
+            QueryMode::Last => "last",
+            QueryMode::Model => "model",
+        }
+    }
+}
+
+/// `[search.query_model]`: the OpenAI-compatible chat model that writes
+/// the query when `search.query = "model"`.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueryModelConfig {
+    /// The server, e.g. `http://127.0.0.1:8000` (`/v1/chat/completions`
+    /// is appended; a trailing `/v1` is accepted).
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer`; `""` = none.
+    pub api_key: String,
+    /// The `model` of the request.
+    pub model: String,
+}
+
+impl fmt::Debug for QueryModelConfig {
+    /// The key is never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueryModelConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &redacted(&self.api_key))
+            .field("model", &self.model)
+            .finish()
+    }
+}
+
+fn redacted(key: &str) -> &'static str {
+    if key.is_empty() { "" } else { "<redacted>" }
 }
 
 /// `[search.local]`.
@@ -191,14 +270,7 @@ impl fmt::Debug for EndpointConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EndpointConfig")
             .field("url", &self.url)
-            .field(
-                "api_key",
-                &if self.api_key.is_empty() {
-                    ""
-                } else {
-                    "<redacted>"
-                },
-            )
+            .field("api_key", &redacted(&self.api_key))
             .finish()
     }
 }
@@ -231,6 +303,30 @@ mod tests {
         assert_eq!(c.searxng.url, "http://127.0.0.1:8888");
         assert_eq!(c.local.path, "");
         assert_eq!(c.local.url_base, "local:");
+        assert_eq!(c.query, QueryMode::Context);
+        assert_eq!(c.max_query_chars, 1000);
+        assert_eq!(c.query_timeout, Duration::from_secs(3));
+        assert_eq!(c.query_model, QueryModelConfig::default());
+    }
+
+    #[test]
+    fn query_keys_parse() {
+        let c = parse(
+            "[search]\nquery = \"model\"\nmax_query_chars = 200\nquery_timeout = \"500ms\"\n\
+             [search.query_model]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key = \"sk-q\"\nmodel = \"m\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.query, QueryMode::Model);
+        assert_eq!(c.max_query_chars, 200);
+        assert_eq!(c.query_timeout, Duration::from_millis(500));
+        assert_eq!(c.query_model.model, "m");
+        assert!(!format!("{c:?}").contains("sk-q"));
+        assert_eq!(
+            parse("[search]\nquery = \"last\"\n").unwrap().query,
+            QueryMode::Last
+        );
+        assert!(parse("[search]\nquery = \"llm\"\n").is_err());
+        assert!(parse("[search.query_model]\nurl = \"x\"\n").is_err());
     }
 
     #[test]

@@ -10,6 +10,14 @@
 //!   non-2xx answer) is a [`SearchError`] with a [`SearchErrorKind`] for
 //!   metrics; it is logged here with `tracing` and must never fail the
 //!   request (SPEC section 4).
+//! * [`query`]: what is searched for a conversation (`search.query`): the
+//!   last user message, with the terms of earlier turns when it does not
+//!   name its own subject, or a model's query. [`Search::form`] gives the
+//!   [`FormedQuery`] (hosts log its length), [`Search::search_formed`]
+//!   searches it; [`Search::search`] does both.
+//!   [`query::conversation_query`] reads a conversation file (a request
+//!   body or its `messages` array) into a [`SearchQuery`], through the
+//!   core's request inspection.
 //! * [`Provider`]: one backend. Built in: `local` (BM25 over a folder, or
 //!   the bundled corpus embedded in the binary), `static`, `searxng`,
 //!   `perplexity` (also LiteLLM `/v1/search/<tool>`), `http`, `brave`,
@@ -46,6 +54,7 @@ mod adapt;
 mod config;
 mod local;
 mod provider;
+pub mod query;
 mod remote;
 mod search;
 mod static_file;
@@ -54,8 +63,10 @@ pub use citestream::request::SearchQuery;
 pub use citestream::sources::Source;
 
 pub use config::{
-    EndpointConfig, LocalConfig, PathConfig, ProviderKind, SearchConfig, SearxngConfig,
+    EndpointConfig, LocalConfig, PathConfig, ProviderKind, QueryMode, QueryModelConfig,
+    SearchConfig, SearxngConfig,
 };
 pub use local::{DEFAULT_URL_BASE, LocalIndex};
 pub use provider::{BoxFuture, Provider, SearchError, SearchErrorKind};
+pub use query::{Formation, FormedQuery};
 pub use search::{Search, SetupError};

@@ -10,7 +10,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::{SearchQuery, Source};
+use crate::{FormedQuery, Source};
 
 /// A boxed, `Send` future: what [`Provider::search`] returns, so providers
 /// can be chosen at run time (`Box<dyn Provider>`).
@@ -22,13 +22,25 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// metrics.
     fn name(&self) -> &'static str;
 
-    /// Searches for `query`, asking the backend for at most `max_results`
-    /// results. Dropping the future cancels the search.
+    /// Searches for `query` (formed from the conversation by
+    /// [`crate::Search`]; a remote backend is sent [`FormedQuery::text`]),
+    /// asking the backend for at most `max_results` results. Dropping the
+    /// future cancels the search.
     fn search<'a>(
         &'a self,
-        query: &'a SearchQuery,
+        query: &'a FormedQuery,
         max_results: usize,
     ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>>;
+
+    /// How strongly `word` (lowercase) names a subject of what this
+    /// provider searches, `0..=1` (from 0.5 it does); `None` (the default)
+    /// when the provider cannot tell. Query formation uses it to find the
+    /// words that name a subject (see [`crate::query`]); it is called for
+    /// many words per request, so it must be cheap (a hash lookup).
+    fn subject(&self, word: &str) -> Option<f32> {
+        let _ = word;
+        None
+    }
 }
 
 /// Why a search failed. A failed search is never a failed request (SPEC

@@ -1,17 +1,21 @@
 //! [`Search`]: a configured provider plus the shared adapter rules.
 //!
 //! [`Search::new`] checks the configuration and builds the provider (for
-//! `local`, the BM25 index: do it once at start). [`Search::search`] runs
-//! the provider under the timeout, applies the adapter rules
-//! ([`crate::adapt`]) and logs a failure with `tracing` (target
-//! `citestream_search`, fields `provider`, `kind`, `error`).
+//! `local`, the BM25 index: do it once at start). [`Search::form`] forms
+//! the query from the conversation ([`crate::query`], `search.query`);
+//! [`Search::search_formed`] runs the provider on it under the timeout,
+//! applies the adapter rules ([`crate::adapt`]) and logs a failure with
+//! `tracing` (target `citestream_search`, fields `provider`, `kind`,
+//! `error`). [`Search::search`] is the two in a row, for hosts that do not
+//! log the formed query.
 
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::{ProviderKind, SearchConfig};
+use crate::config::{ProviderKind, QueryMode, SearchConfig};
 use crate::local::LocalIndex;
+use crate::query::{self, FormedQuery, QueryModel};
 use crate::remote::{self, Remote};
 use crate::static_file::StaticFile;
 use crate::{Provider, SearchError, SearchErrorKind, SearchQuery, Source, adapt};
@@ -25,6 +29,10 @@ pub struct Search {
     max_results: usize,
     timeout: Duration,
     max_text_chars: usize,
+    query: QueryMode,
+    max_query_chars: usize,
+    query_timeout: Duration,
+    query_model: Option<QueryModel>,
 }
 
 /// A configuration the search cannot start with (a missing file, an empty
@@ -55,8 +63,9 @@ impl Search {
     ///
     /// # Errors
     ///
-    /// A [`SetupError`] when `max_results`, `timeout` or `max_text_chars`
-    /// is zero; for `local`, when the folder cannot be read or holds no
+    /// A [`SetupError`] when `max_results`, `timeout`, `max_text_chars`,
+    /// `max_query_chars` or `query_timeout` is zero; when `query = "model"`
+    /// and `[search.query_model]` lacks `base_url` or `model`; for `local`, when the folder cannot be read or holds no
     /// documents; for `static`, when the file cannot be read or is not a
     /// JSON array of sources; for `http`, when `url` is empty; for `brave`,
     /// `tavily` and `exa`, when `api_key` is empty; for every remote
@@ -79,8 +88,7 @@ impl Search {
     ///
     /// # Errors
     ///
-    /// A [`SetupError`] when `max_results`, `timeout` or `max_text_chars`
-    /// is zero.
+    /// As [`Search::new`] for the keys other than the provider's.
     pub fn with_provider(
         provider: Box<dyn Provider>,
         config: &SearchConfig,
@@ -89,6 +97,8 @@ impl Search {
             ("max_results", config.max_results == 0),
             ("timeout", config.timeout.is_zero()),
             ("max_text_chars", config.max_text_chars == 0),
+            ("max_query_chars", config.max_query_chars == 0),
+            ("query_timeout", config.query_timeout.is_zero()),
         ] {
             if zero {
                 return Err(SetupError::new(format!(
@@ -96,11 +106,19 @@ impl Search {
                 )));
             }
         }
+        let query_model = match config.query {
+            QueryMode::Model => Some(QueryModel::new(&config.query_model)?),
+            QueryMode::Context | QueryMode::Last => None,
+        };
         Ok(Search {
             provider,
             max_results: config.max_results,
             timeout: config.timeout,
             max_text_chars: config.max_text_chars,
+            query: config.query,
+            max_query_chars: config.max_query_chars,
+            query_timeout: config.query_timeout,
+            query_model,
         })
     }
 
@@ -111,8 +129,57 @@ impl Search {
         self.provider.name()
     }
 
-    /// Searches for `query.text` (the earlier turns in `query.context` are
-    /// not used by the built-in providers).
+    /// The query formed from the conversation per `search.query` (see
+    /// [`crate::query`]): microseconds for `context` and `last`; for
+    /// `model`, one call to the query model bounded by
+    /// `search.query_timeout`, and the `context` query when it fails (the
+    /// failure is logged, `warn`, with its class). The formed text is
+    /// logged at `debug` (target `citestream_search`).
+    pub async fn form(&self, query: &SearchQuery) -> FormedQuery {
+        let formed = match &self.query_model {
+            Some(model) => {
+                let asked = tokio::time::timeout(
+                    self.query_timeout,
+                    model.ask(query, self.max_query_chars),
+                )
+                .await
+                .unwrap_or_else(|_| Err(query::ModelError::timeout()));
+                match asked {
+                    Ok(text) => FormedQuery::from_model(text),
+                    Err(e) => {
+                        tracing::warn!(kind = e.label(), error = %e, "query model failed: the query is formed from the context");
+                        self.form_context(query, QueryMode::Context)
+                    }
+                }
+            }
+            None => self.form_context(query, self.query),
+        };
+        tracing::debug!(
+            query = formed.text(),
+            query_chars = formed.chars(),
+            formation = formed.formation().label(),
+            "search query"
+        );
+        formed
+    }
+
+    fn form_context(&self, query: &SearchQuery, mode: QueryMode) -> FormedQuery {
+        query::form(query, mode, self.max_query_chars, &|w| {
+            self.provider.subject(w)
+        })
+    }
+
+    /// [`Search::form`], then [`Search::search_formed`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Search::search_formed`].
+    pub async fn search(&self, query: &SearchQuery) -> Result<Vec<Source>, SearchError> {
+        let formed = self.form(query).await;
+        self.search_formed(&formed).await
+    }
+
+    /// Searches for a formed query.
     ///
     /// Returns at most `max_results` sources after the adapter rules; an
     /// empty list when nothing was found. Dropping the future cancels the
@@ -123,7 +190,7 @@ impl Search {
     /// A [`SearchError`] when the provider failed or the timeout passed; it
     /// is already logged (`warn`). Treat it as "no sources" (SPEC
     /// section 4): it must not fail the request.
-    pub async fn search(&self, query: &SearchQuery) -> Result<Vec<Source>, SearchError> {
+    pub async fn search_formed(&self, query: &FormedQuery) -> Result<Vec<Source>, SearchError> {
         let name = self.provider.name();
         let result =
             match tokio::time::timeout(self.timeout, self.provider.search(query, self.max_results))

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::{BoxFuture, Provider, SearchError, SearchQuery, SetupError, Source};
+use crate::{BoxFuture, FormedQuery, Provider, SearchError, SetupError, Source};
 
 /// The sources of a `[search.static]` file.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ impl Provider for StaticFile {
 
     fn search<'a>(
         &'a self,
-        _query: &'a SearchQuery,
+        _query: &'a FormedQuery,
         _max_results: usize,
     ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>> {
         // All of them: the adapter rules keep the first `max_results` usable ones.

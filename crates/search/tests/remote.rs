@@ -649,3 +649,107 @@ fn setup_errors_name_the_key() {
         assert!(Search::new(&config(kind, "")).is_ok(), "{kind}");
     }
 }
+
+/// Every remote provider is sent the query formed from the conversation:
+/// a follow-up that does not name its subject carries the earlier turns'
+/// (capitalised words: remote providers have no corpus signal), a question
+/// that names its own is sent as written, and `query = "last"` sends the
+/// question alone; `max_query_chars` keeps only the end of a long one.
+#[tokio::test]
+async fn remote_providers_are_sent_the_formed_query() {
+    use citestream::request::Turn;
+    use citestream_search::QueryMode;
+
+    let context = vec![
+        Turn {
+            role: "system".into(),
+            text: "You are a guide to Norway.".into(),
+        },
+        Turn {
+            role: "user".into(),
+            text: "What is the capital of Peru?".into(),
+        },
+        Turn {
+            role: "assistant".into(),
+            text: "The capital of Peru is Lima [1].".into(),
+        },
+    ];
+    let long = format!(
+        "{}and what is the capital of Japan?",
+        "padding ".repeat(500)
+    );
+    let cases: [(&str, QueryMode, &str); 4] = [
+        (
+            "And what is its population?",
+            QueryMode::Context,
+            "And what is its population? Peru",
+        ),
+        (
+            "And what is its population?",
+            QueryMode::Last,
+            "And what is its population?",
+        ),
+        (
+            "What is the capital of Japan?",
+            QueryMode::Context,
+            "What is the capital of Japan?",
+        ),
+        (
+            &long,
+            QueryMode::Context,
+            "padding padding and what is the capital of Japan?",
+        ),
+    ];
+    let providers: [(ProviderKind, &str, &str); 6] = [
+        (ProviderKind::Searxng, "/", "searxng/search_python_200.json"),
+        (
+            ProviderKind::Brave,
+            "/res/v1/web/search",
+            "brave/web_search_python_200.json",
+        ),
+        (
+            ProviderKind::Tavily,
+            "/search",
+            "tavily/search_basic_200.json",
+        ),
+        (ProviderKind::Exa, "/search", "exa/search_text_200.json"),
+        (
+            ProviderKind::Perplexity,
+            "/search",
+            "perplexity/search_api_reference_example.json",
+        ),
+        (
+            ProviderKind::Http,
+            "/search",
+            "openwebui_external/response_docs_example.json",
+        ),
+    ];
+    for (kind, path, answer) in providers {
+        for (question, mode, sent) in cases {
+            let server = Server::start(Reply::fixture(200, answer)).await;
+            let mut c = config(kind, &format!("{}{path}", server.url));
+            c.query = mode;
+            c.max_query_chars = 50;
+            let search = Search::new(&c).unwrap();
+            let q = SearchQuery {
+                text: question.to_owned(),
+                context: context.clone(),
+            };
+            let formed = search.form(&q).await;
+            assert_eq!(formed.text(), sent, "{kind} {mode:?}");
+            assert_eq!(formed.chars(), sent.chars().count());
+            search.search_formed(&formed).await.expect("answer");
+            let req = server.request();
+            let got = match kind {
+                ProviderKind::Searxng | ProviderKind::Brave => req
+                    .query()
+                    .into_iter()
+                    .find(|(k, _)| k == "q")
+                    .map(|(_, v)| v)
+                    .expect("q"),
+                _ => req.json()["query"].as_str().expect("query").to_owned(),
+            };
+            assert_eq!(got, sent, "{kind} {mode:?}");
+        }
+    }
+}

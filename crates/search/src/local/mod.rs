@@ -37,12 +37,13 @@ mod bundled;
 mod parse;
 mod score;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use bm25::{Embedder, EmbedderBuilder, Language};
 
-use crate::{BoxFuture, Provider, SearchError, SearchQuery, SetupError, Source};
+use crate::{BoxFuture, FormedQuery, Provider, SearchError, SetupError, Source};
 
 /// The default `search.local.url_base`.
 pub const DEFAULT_URL_BASE: &str = "local:";
@@ -52,6 +53,11 @@ pub struct LocalIndex {
     passages: Vec<Source>,
     embedder: Embedder<u32>,
     postings: score::Postings,
+    /// The lowercase words of the distinct passage titles: how many titles
+    /// have each.
+    title_words: crate::query::WordCounts,
+    /// A word in at most this many distinct titles names a subject.
+    title_limit: u32,
 }
 
 impl fmt::Debug for LocalIndex {
@@ -129,10 +135,15 @@ impl LocalIndex {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let embedder = EmbedderBuilder::<u32>::with_fit_to_corpus(Language::English, &refs).build();
         let postings = score::Postings::new(refs.iter().map(|t| embedder.embed(t)));
+        let titles: HashSet<&str> = passages.iter().filter_map(|p| p.title.as_deref()).collect();
+        let title_words = crate::query::word_counts(titles.iter().copied());
+        let title_limit = u32::try_from(titles.len() / 20).unwrap_or(u32::MAX).max(2);
         LocalIndex {
             passages,
             embedder,
             postings,
+            title_words,
+            title_limit,
         }
     }
 
@@ -166,6 +177,20 @@ impl LocalIndex {
             .filter_map(|h| self.passages.get(h.doc as usize).cloned())
             .collect()
     }
+
+    /// How strongly `word` (lowercase) names a subject of the index (see
+    /// [`Provider::subject`]): 0.9 for a word of the passage titles that
+    /// few titles share (at most one in twenty, or two: a country's name, a
+    /// document's subject), else 0 (a rare word no title has, such as
+    /// "tropical" or "practiced", is a detail, not a subject). One hash
+    /// lookup.
+    #[must_use]
+    pub fn subject(&self, word: &str) -> f32 {
+        match self.title_words.get(word) {
+            Some(&n) if n <= self.title_limit => 0.9,
+            _ => 0.0,
+        }
+    }
 }
 
 impl Provider for LocalIndex {
@@ -175,14 +200,18 @@ impl Provider for LocalIndex {
 
     fn search<'a>(
         &'a self,
-        query: &'a SearchQuery,
+        query: &'a FormedQuery,
         max_results: usize,
     ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>> {
         Box::pin(std::future::ready(Ok(LocalIndex::search(
             self,
-            &query.text,
+            query.text(),
             max_results,
         ))))
+    }
+
+    fn subject(&self, word: &str) -> Option<f32> {
+        Some(LocalIndex::subject(self, word))
     }
 }
 

@@ -15,7 +15,7 @@ use reqwest::{Client, RequestBuilder, StatusCode};
 use crate::config::{ProviderKind, SearchConfig};
 use crate::search::endpoint_url;
 use crate::{
-    BoxFuture, Provider, SearchError, SearchErrorKind, SearchQuery, SetupError, Source, adapt,
+    BoxFuture, FormedQuery, Provider, SearchError, SearchErrorKind, SetupError, Source, adapt,
 };
 
 /// The largest answer read from a provider: 8 MiB.
@@ -88,7 +88,7 @@ impl Remote {
 
     async fn run(
         &self,
-        query: &SearchQuery,
+        query: &FormedQuery,
         max_results: usize,
     ) -> Result<Vec<Source>, SearchError> {
         let name = self.kind.name();
@@ -97,7 +97,7 @@ impl Remote {
             &self.client,
             &self.url,
             &self.api_key,
-            &query.text,
+            query.text(),
             max_results,
             self.text_chars,
         );
@@ -125,7 +125,7 @@ impl Provider for Remote {
 
     fn search<'a>(
         &'a self,
-        query: &'a SearchQuery,
+        query: &'a FormedQuery,
         max_results: usize,
     ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>> {
         Box::pin(self.run(query, max_results))
