@@ -5,11 +5,13 @@
 //!
 //! ```text
 //! chat_callgrind <endpoint> <impl> <input> <read> [repeat]
-//!   endpoint: chat | messages
-//!   impl:     citestream | naive | conventional (chat only)
+//!   endpoint: chat | messages | responses
+//!   impl:     citestream | naive (chat, messages) | conventional (chat,
+//!             responses)
 //!   input:    openai_obfuscation_4000 | openai_4000 | openai_n3_4000 |
 //!             openai_n3_packed_4000 | perplexity_4000 | fixtures (chat)
 //!             anthropic_4000 | fixtures (messages)
+//!             responses_4000 | fixtures (responses)
 //!   read:     piece size in bytes, `event` (one read per event) or `whole`
 //!   repeat:   run this many times (default 1; for `perf record`)
 //! ```
@@ -20,6 +22,7 @@
 mod common;
 
 use common::chat::{self, Setup, Streams};
+use common::responses;
 
 #[inline(never)]
 fn measured(endpoint: &str, imp: &str, setup: &Setup, streams: &Streams) -> usize {
@@ -51,6 +54,8 @@ fn main() {
         ("chat", "fixtures") => chat::fixtures(false).into_iter().map(|f| f.1).collect(),
         ("messages", "anthropic_4000") => vec![chat::messages_stream(4000)],
         ("messages", "fixtures") => chat::fixtures(true).into_iter().map(|f| f.1).collect(),
+        ("responses", "responses_4000") => vec![responses::responses_stream(4000)],
+        ("responses", "fixtures") => common::responses_fixtures(),
         (e, i) => usage(&format!("unknown input {e}/{i}")),
     };
     let size = match read.as_str() {
@@ -62,6 +67,10 @@ fn main() {
         },
     };
     let setup = Setup::new();
+    if endpoint == "responses" && input == "responses_4000" {
+        // Both implementations add the same (outside `measured`).
+        responses::check(&setup, &streams[0]);
+    }
     let split = chat::split_streams(&streams, size);
     let bytes: usize = streams.iter().map(Vec::len).sum();
     let pieces: usize = split.iter().map(Vec::len).sum();

@@ -38,7 +38,7 @@ mkdir -p "$corpus"
 # The rewriter targets get the JSON/chunk dictionary, the parser ones the
 # SSE one; all start from the recorded streams.
 case $target in
-    chat_*|messages_*|request) dict=fuzz/chat.dict ;;
+    chat_*|messages_*|responses_*|request) dict=fuzz/chat.dict ;;
     *) dict=fuzz/sse.dict ;;
 esac
 

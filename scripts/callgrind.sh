@@ -13,9 +13,10 @@
 #   SUITE=fixtures                      the chat rewriter on each recorded
 #                                       fixture (FIXTURE_READS, default 1460)
 #   SUITE=chat                          the response rewriters instead
-#                                       (examples/chat_callgrind.rs: ChatStream
-#                                       and MessagesStream vs the naive and
-#                                       conventional gateway baselines)
+#                                       (examples/chat_callgrind.rs: ChatStream,
+#                                       MessagesStream and ResponsesStream vs
+#                                       the naive and conventional gateway
+#                                       baselines)
 #   READS="event 1460 16384"            read sizes (`event`: one read per SSE event;
 #                                       also 1, 64, whole)
 #   INPUTS="openai_4000 upstream_fixtures"
@@ -43,11 +44,14 @@ if [[ ${SUITE:-sse} == chat ]]; then
     # Instructions per chunk (input event with data) for each rewriter and
     # baseline, inside `measured` only (fresh rewriter per stream, every
     # piece fed, every output drained; inputs built and split outside).
-    #   READS, CHAT_INPUTS / MESSAGES_INPUTS as below; CHAT_IMPLS /
-    #   MESSAGES_IMPLS to run fewer implementations (the first is the base)
+    #   READS, CHAT_INPUTS / MESSAGES_INPUTS / RESPONSES_INPUTS as below;
+    #   CHAT_IMPLS / MESSAGES_IMPLS / RESPONSES_IMPLS to run fewer
+    #   implementations (the first is the base); ENDPOINTS to run fewer
+    #   endpoints (default "chat messages responses")
     READS=${READS:-"event 1460 16384"}
     CHAT_INPUTS=${CHAT_INPUTS:-"openai_obfuscation_4000 openai_4000 fixtures"}
     MESSAGES_INPUTS=${MESSAGES_INPUTS:-"anthropic_4000 fixtures"}
+    RESPONSES_INPUTS=${RESPONSES_INPUTS:-"responses_4000 fixtures"}
     bin=$(cargo build --profile bench --example chat_callgrind --message-format=json-render-diagnostics \
         | sed -n 's/.*"executable":"\([^"]*chat_callgrind\)".*/\1/p' | tail -n 1)
     [[ -x $bin ]] || { echo "callgrind.sh: could not find the chat_callgrind binary" >&2; exit 1; }
@@ -57,11 +61,13 @@ if [[ ${SUITE:-sse} == chat ]]; then
     echo
     echo "| endpoint | input | read | chunks | implementation | instructions | per chunk | per byte | vs citestream |"
     echo "|---|---|---|---|---|---:|---:|---:|---:|"
-    for endpoint in chat messages; do
+    for endpoint in ${ENDPOINTS:-chat messages responses}; do
         if [[ $endpoint == chat ]]; then
             inputs=$CHAT_INPUTS impls=${CHAT_IMPLS:-"citestream naive conventional"}
-        else
+        elif [[ $endpoint == messages ]]; then
             inputs=$MESSAGES_INPUTS impls=${MESSAGES_IMPLS:-"citestream naive"}
+        else
+            inputs=$RESPONSES_INPUTS impls=${RESPONSES_IMPLS:-"citestream conventional"}
         fi
         for input in $inputs; do
             for read in $READS; do

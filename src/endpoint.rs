@@ -4,7 +4,7 @@
 //!
 //! Its names are the one string form every adapter uses (the CLI's
 //! `--endpoint`, the Python package's `endpoint=`, the hosts' metric
-//! label): `chat`, `messages`. [`Endpoint::from_path`] maps the HTTP
+//! label): `chat`, `messages`, `responses`. [`Endpoint::from_path`] maps the HTTP
 //! path a host serves it on.
 //!
 //! ```
@@ -27,18 +27,26 @@ pub enum Endpoint {
     ChatCompletions,
     /// Anthropic-compatible `/v1/messages`.
     Messages,
+    /// OpenAI-compatible `/v1/responses` (the Responses API; the OpenAI
+    /// error shape).
+    Responses,
 }
 
 impl Endpoint {
     /// Every endpoint, in a fixed order (for tables indexed by endpoint).
-    pub const ALL: [Endpoint; 2] = [Endpoint::ChatCompletions, Endpoint::Messages];
+    pub const ALL: [Endpoint; 3] = [
+        Endpoint::ChatCompletions,
+        Endpoint::Messages,
+        Endpoint::Responses,
+    ];
 
-    /// The endpoint's name: `"chat"` or `"messages"`.
+    /// The endpoint's name: `"chat"`, `"messages"` or `"responses"`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             Endpoint::ChatCompletions => "chat",
             Endpoint::Messages => "messages",
+            Endpoint::Responses => "responses",
         }
     }
 
@@ -48,6 +56,7 @@ impl Endpoint {
         match self {
             Endpoint::ChatCompletions => "/v1/chat/completions",
             Endpoint::Messages => "/v1/messages",
+            Endpoint::Responses => "/v1/responses",
         }
     }
 

@@ -142,7 +142,7 @@ pub mod stream;
 pub use cite::{Marker, MarkerTracker, OffsetUnit};
 pub use endpoint::{Endpoint, ParseEndpointError};
 pub use rewrite::{
-    ChatStream, MAX_CHOICES, MessagesStream, RewriteOptions, Rewriter, SseRewriter, StreamRewriter,
-    chat, messages,
+    ChatStream, MAX_CHOICES, MessagesStream, ResponsesStream, RewriteOptions, Rewriter,
+    SseRewriter, StreamRewriter, chat, messages, responses,
 };
 pub use sources::{Dialect, ParseDialectError, Source, Sources, SourcesError};

@@ -278,19 +278,14 @@ impl Sources {
     }
 
     /// Appends one `url_citation` annotation object for a marker citing
-    /// source `number` (1-based) at `start..end` to `out`.
+    /// source `number` (1-based) at `start..end` to `out`, in the chat
+    /// shape (`{"type":"url_citation","url_citation":{…}}`).
     ///
     /// # Panics
     /// Panics if `number` is 0 or greater than [`Sources::len`]; the marker
     /// tracker only reports numbers in range.
     pub fn push_annotation(&self, out: &mut Vec<u8>, number: u32, start: u64, end: u64) {
-        out.extend_from_slice(ANNOTATION_HEAD);
-        push_u64(out, start);
-        out.extend_from_slice(ANNOTATION_END);
-        push_u64(out, end);
-        out.push(b',');
-        out.extend_from_slice(self.url_citation_members[number as usize - 1].as_bytes());
-        out.extend_from_slice(b"}}");
+        self.push_annotation_as(AnnotationShape::Nested, out, number, start, end);
     }
 
     /// The number of bytes [`push_annotation`](Self::push_annotation)
@@ -300,13 +295,42 @@ impl Sources {
     /// As `push_annotation`.
     #[must_use]
     pub fn annotation_len(&self, number: u32, start: u64, end: u64) -> usize {
-        ANNOTATION_HEAD.len()
+        self.annotation_len_as(AnnotationShape::Nested, number, start, end)
+    }
+
+    /// [`push_annotation`](Self::push_annotation) in either shape.
+    pub(crate) fn push_annotation_as(
+        &self,
+        shape: AnnotationShape,
+        out: &mut Vec<u8>,
+        number: u32,
+        start: u64,
+        end: u64,
+    ) {
+        out.extend_from_slice(shape.head());
+        push_u64(out, start);
+        out.extend_from_slice(ANNOTATION_END);
+        push_u64(out, end);
+        out.push(b',');
+        out.extend_from_slice(self.url_citation_members[number as usize - 1].as_bytes());
+        out.extend_from_slice(shape.tail());
+    }
+
+    /// [`annotation_len`](Self::annotation_len) in either shape.
+    pub(crate) fn annotation_len_as(
+        &self,
+        shape: AnnotationShape,
+        number: u32,
+        start: u64,
+        end: u64,
+    ) -> usize {
+        shape.head().len()
             + u64_len(start)
             + ANNOTATION_END.len()
             + u64_len(end)
             + 1
             + self.url_citation_members[number as usize - 1].len()
-            + 2
+            + shape.tail().len()
     }
 
     /// The top-level `citations` array as JSON (SPEC section 8): one entry per
@@ -347,7 +371,35 @@ impl Sources {
     }
 }
 
-const ANNOTATION_HEAD: &[u8] = b"{\"type\":\"url_citation\",\"url_citation\":{\"start_index\":";
+/// The two shapes of a `url_citation` annotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AnnotationShape {
+    /// Chat completions: `{"type":"url_citation","url_citation":{"start_index",
+    /// "end_index","url","title"}}`.
+    Nested,
+    /// The Responses API: `{"type":"url_citation","start_index","end_index",
+    /// "url","title"}`.
+    Flat,
+}
+
+impl AnnotationShape {
+    fn head(self) -> &'static [u8] {
+        match self {
+            AnnotationShape::Nested => {
+                b"{\"type\":\"url_citation\",\"url_citation\":{\"start_index\":"
+            }
+            AnnotationShape::Flat => b"{\"type\":\"url_citation\",\"start_index\":",
+        }
+    }
+
+    fn tail(self) -> &'static [u8] {
+        match self {
+            AnnotationShape::Nested => b"}}",
+            AnnotationShape::Flat => b"}",
+        }
+    }
+}
+
 const ANNOTATION_END: &[u8] = b",\"end_index\":";
 
 /// The number of decimal digits of `v`.
@@ -428,6 +480,13 @@ mod tests {
                 s.annotation_len(n, start, end),
                 "{n} {start} {end}"
             );
+            let mut flat = Vec::new();
+            s.push_annotation_as(AnnotationShape::Flat, &mut flat, n, start, end);
+            let len = s.annotation_len_as(AnnotationShape::Flat, n, start, end);
+            assert_eq!(flat.len(), len, "{n} {start} {end}");
+            let v: serde_json::Value = serde_json::from_slice(&flat).unwrap();
+            assert_eq!(v["start_index"], start);
+            assert_eq!(v["type"], "url_citation");
         }
     }
 

@@ -226,14 +226,14 @@ fn not_json_or_not_object_is_the_usual_400() {
         (b"null", RequestErrorKind::NotObject),
         (b"true", RequestErrorKind::NotObject),
     ] {
-        for ep in [CHAT, MSGS] {
+        for ep in [CHAT, MSGS, RESP] {
             let e = inspect(ep, b.to_vec()).unwrap_err();
             assert_eq!(e.kind(), kind, "{:?}", String::from_utf8_lossy(b));
             assert_eq!(e.status(), 400);
             assert_eq!(e.param(), None);
             let v: Value = serde_json::from_slice(&e.body()).unwrap();
             match ep {
-                CHAT => {
+                CHAT | RESP => {
                     assert_eq!(v["error"]["type"], "invalid_request_error");
                     assert_eq!(v["error"]["param"], Value::Null);
                 }
@@ -901,4 +901,175 @@ fn deep_nesting_never_overflows_the_stack() {
     // Unbalanced deep input is an error, not a crash.
     let bad = format!("{{\"x\":{}}}", "[".repeat(n));
     assert!(inspect(CHAT, bad).is_err());
+}
+
+// ---------------------------------------------------------------------------
+// `/v1/responses`
+
+const RESP: Endpoint = Endpoint::Responses;
+
+#[test]
+fn responses_bad_web_search_is_a_400_in_the_openai_shape() {
+    for v in ["1", "\"true\"", "null", "[]", "{}"] {
+        let body = format!(r#"{{"model":"m","web_search":{v},"input":"q"}}"#);
+        let e = inspect(RESP, body.into_bytes()).unwrap_err();
+        assert_eq!(e.kind(), RequestErrorKind::WebSearchNotBoolean);
+        assert_eq!(e.status(), 400);
+        let b: Value = serde_json::from_slice(&e.body()).unwrap();
+        assert_eq!(b["error"]["type"], "invalid_request_error", "{v}");
+        assert_eq!(b["error"]["param"], "web_search", "{v}");
+        assert_eq!(b["error"]["code"], Value::Null);
+    }
+    for body in [&b"[1]"[..], b"nope", b"\"s\""] {
+        let e = inspect(RESP, body.to_vec()).unwrap_err();
+        let b: Value = serde_json::from_slice(&e.body()).unwrap();
+        assert_eq!(b["error"]["type"], "invalid_request_error");
+    }
+}
+
+#[test]
+fn responses_web_search_is_removed_and_tools_are_kept() {
+    let body = br#"{"model":"m","web_search":true,"tools":[{"type":"web_search"},{"type":"web_search_preview"}],"input":"Lisbon?","stream":true}"#;
+    let r = inspect(RESP, body.to_vec()).unwrap();
+    assert!(r.web_search() && r.stream());
+    assert_eq!(r.n(), 1);
+    assert_eq!(
+        body_str(r.body()),
+        r#"{"model":"m","tools":[{"type":"web_search"},{"type":"web_search_preview"}],"input":"Lisbon?","stream":true}"#
+    );
+    assert_eq!(r.query().unwrap().text, "Lisbon?");
+    // The platform's own search tool alone starts nothing.
+    let r = inspect(
+        RESP,
+        br#"{"tools":[{"type":"web_search"}],"input":"q"}"#.to_vec(),
+    )
+    .unwrap();
+    assert!(!r.web_search() && r.query().is_none());
+}
+
+#[test]
+fn responses_question_and_conversation_from_input_items() {
+    let body = json!({
+        "web_search": true,
+        "instructions": "Be brief about Spain.",
+        "input": [
+            {"role": "system", "content": "You talk about France."},
+            {"role": "developer", "content": [{"type": "input_text", "text": "Germany rules."}]},
+            {"role": "user", "content": "Tell me about Portugal."},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Portugal is in Europe."}]},
+            {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "Italy"},
+            {"role": "user", "content": [
+                {"type": "input_text", "text": "And its capital?"},
+                {"type": "input_image", "image_url": "https://i/"},
+                {"type": "input_text", "text": "Briefly."}
+            ]},
+            {"type": "reasoning", "id": "rs", "summary": []}
+        ]
+    });
+    let r = inspect(RESP, serde_json::to_vec(&body).unwrap()).unwrap();
+    let q = r.query().unwrap();
+    assert_eq!(q.text, "And its capital?\nBriefly.");
+    let ctx: Vec<(&str, &str)> = q
+        .context
+        .iter()
+        .map(|t| (t.role.as_str(), t.text.as_str()))
+        .collect();
+    assert_eq!(
+        ctx,
+        [
+            ("user", "Tell me about Portugal."),
+            ("assistant", "Portugal is in Europe.")
+        ]
+    );
+}
+
+#[test]
+fn responses_input_of_unexpected_shapes_gives_no_query() {
+    for input in [
+        json!(null),
+        json!(3),
+        json!({"role": "user", "content": "q"}),
+        json!([]),
+        json!(["q"]),
+        json!([{"role": "assistant", "content": "a"}]),
+        json!([{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]),
+        json!([{"role": "user", "content": 5}]),
+        json!([{"type": "function_call_output", "role": "user", "output": "x"}]),
+        json!("   "),
+    ] {
+        let body = json!({"web_search": true, "input": input});
+        let r = inspect(RESP, serde_json::to_vec(&body).unwrap()).unwrap();
+        assert!(r.web_search());
+        assert_eq!(r.query(), None, "{input}");
+        // Without a user item there is nowhere to put sources either (a
+        // user item without text still takes them, as on chat).
+        let has_user = input.is_string()
+            || input.as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|i| i["role"] == "user" && i.get("type").is_none())
+            });
+        let e = inject(
+            RESP,
+            &serde_json::to_vec(&body).unwrap(),
+            &two_sources(),
+            &InjectOptions::default(),
+        );
+        assert_eq!(e.is_ok(), has_user, "{input}: {e:?}");
+        if !has_user {
+            assert!(matches!(e, Err(InjectError::NoMessages)), "{input}");
+        }
+    }
+    let r = inspect(RESP, br#"{"web_search":true}"#.to_vec()).unwrap();
+    assert_eq!(r.query(), None);
+}
+
+#[test]
+fn responses_injection_goes_with_the_question_never_instructions() {
+    let sources = two_sources();
+    let block = render_sources(&Template::default(), &sources);
+    for placement in [Placement::UserMessage, Placement::System] {
+        let opts = InjectOptions {
+            placement,
+            ..InjectOptions::default()
+        };
+        let cases = [
+            (json!("Lisbon?"), json!(format!("{block}\n\nLisbon?"))),
+            (
+                json!([{"role": "user", "content": "Lisbon?"}]),
+                json!([{"role": "user", "content": format!("{block}\n\nLisbon?")}]),
+            ),
+            (
+                json!([{"role": "user", "content": [{"type": "input_text", "text": "Lisbon?"}]}]),
+                json!([{"role": "user", "content": [
+                    {"type": "input_text", "text": block},
+                    {"type": "input_text", "text": "Lisbon?"}]}]),
+            ),
+            (
+                json!([{"role": "user", "content": []}, {"role": "assistant", "content": "a"}]),
+                json!([{"role": "user", "content": [{"type": "input_text", "text": block}]},
+                       {"role": "assistant", "content": "a"}]),
+            ),
+            (
+                json!([{"role": "user"}]),
+                json!([{"content": [{"type": "input_text", "text": block}], "role": "user"}]),
+            ),
+        ];
+        for (input, want) in cases {
+            let body = json!({"model": "m", "instructions": "Be kind.", "input": input});
+            let out = inject(RESP, &serde_json::to_vec(&body).unwrap(), &sources, &opts).unwrap();
+            let v: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["input"], want, "{input}");
+            assert_eq!(v["instructions"], "Be kind.");
+            assert_eq!(v["model"], "m");
+        }
+    }
+    // Every other byte kept: the edit is a splice.
+    let body = br#"{ "input" : "q\u00e9" , "x":1.50 }"#;
+    let out = inject(RESP, body, &sources, &InjectOptions::default()).unwrap();
+    let s = body_str(&out);
+    assert!(
+        s.starts_with(r#"{ "input" : ""#) && s.ends_with(r#"\n\nq\u00e9" , "x":1.50 }"#),
+        "{s}"
+    );
 }

@@ -31,7 +31,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use citestream::{ChatStream, MessagesStream, RewriteOptions, Sources};
+use citestream::{ChatStream, MessagesStream, RewriteOptions, Sources, StreamRewriter};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -51,9 +51,9 @@ pub(crate) const SOURCES_JSON: &str = r#"[
 pub(crate) struct Setup {
     pub(crate) sources: Arc<Sources>,
     pub(crate) opts: RewriteOptions,
-    sources_json: String,
+    pub(crate) sources_json: String,
     sources_value: Value,
-    cites: Vec<(Value, Value)>,
+    pub(crate) cites: Vec<(Value, Value)>,
 }
 
 impl Setup {
@@ -80,7 +80,7 @@ impl Setup {
         }
     }
 
-    fn max(&self) -> u32 {
+    pub(crate) fn max(&self) -> u32 {
         self.cites.len() as u32
     }
 
@@ -103,7 +103,7 @@ impl Setup {
 
 /// Content tokens for the chat streams: the SSE bench's tokens plus the
 /// markers `[2]` and `[3]` (`[1]` is among them already).
-fn token(rng: &mut Lcg) -> &'static str {
+pub(crate) fn token(rng: &mut Lcg) -> &'static str {
     match rng.below(60) {
         0 => " [2]",
         1 => " [3]",
@@ -113,7 +113,7 @@ fn token(rng: &mut Lcg) -> &'static str {
 }
 
 /// Random `obfuscation` padding as OpenAI sends it (0–15 characters).
-fn obfuscation(rng: &mut Lcg, out: &mut Vec<u8>) {
+pub(crate) fn obfuscation(rng: &mut Lcg, out: &mut Vec<u8>) {
     const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     for _ in 0..rng.below(16) {
         out.push(ALNUM[rng.below(ALNUM.len())]);
@@ -630,7 +630,14 @@ pub(crate) fn citestream_chat_slice(setup: &Setup, pieces: &[Bytes], sink: &mut 
 /// [`MessagesStream`] over one stream's pieces.
 #[inline(never)]
 pub(crate) fn citestream_messages(setup: &Setup, pieces: &[Bytes], sink: &mut impl FnMut(Bytes)) {
-    let mut rw = MessagesStream::new(setup.sources.clone(), setup.opts.clone());
+    let rw = MessagesStream::new(setup.sources.clone(), setup.opts.clone());
+    drive(rw, pieces, sink);
+}
+
+/// A streaming rewriter over one stream's pieces (`feed` + drain, then
+/// `finish` + drain); every output to `sink`.
+#[inline(always)]
+pub(crate) fn drive<R: StreamRewriter>(mut rw: R, pieces: &[Bytes], sink: &mut impl FnMut(Bytes)) {
     for piece in pieces {
         rw.feed(piece.clone());
         while let Some(b) = rw.next_output() {
@@ -822,7 +829,7 @@ pub(crate) fn naive_messages(setup: &Setup, pieces: &[Bytes], sink: &mut impl Fn
 /// A string borrowed from the event's data when it has no escapes. (A bare
 /// `Option<Cow<str>>` field always copies: serde-rs/serde#1497.)
 #[derive(Deserialize)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+pub(crate) struct Text<'a>(#[serde(borrow)] pub(crate) Cow<'a, str>);
 
 #[derive(Deserialize)]
 struct Chunk<'a> {
@@ -887,7 +894,7 @@ struct Delta<'a> {
 }
 
 /// Writes `event: …\n` (if any) and the data as `data:` lines.
-fn write_event(out: &mut BytesMut, event: Option<&str>, data: &str) {
+pub(crate) fn write_event(out: &mut BytesMut, event: Option<&str>, data: &str) {
     if let Some(e) = event {
         out.put_slice(b"event: ");
         out.put_slice(e.as_bytes());
@@ -911,16 +918,16 @@ fn write_event(out: &mut BytesMut, event: Option<&str>, data: &str) {
 /// Output buffer of the conventional baselines: events are written into one
 /// `BytesMut` and split off as `Bytes` (an allocation only when its 64 KiB
 /// run out), as `tokio_util::codec::FramedWrite` does.
-const OUT_CAPACITY: usize = 64 << 10;
+pub(crate) const OUT_CAPACITY: usize = 64 << 10;
 
-fn emit(out: &mut BytesMut, sink: &mut impl FnMut(Bytes)) {
+pub(crate) fn emit(out: &mut BytesMut, sink: &mut impl FnMut(Bytes)) {
     sink(out.split().freeze());
     if out.capacity() < 4096 {
         out.reserve(OUT_CAPACITY);
     }
 }
 
-fn sse_events(
+pub(crate) fn sse_events(
     pieces: &[Bytes],
 ) -> sse_stream::SseByteStream<impl futures::Stream<Item = Result<Bytes, Infallible>> + '_> {
     sse_stream::SseByteStream::new(futures::stream::iter(pieces.iter().map(|p| Ok(p.clone()))))
@@ -1064,6 +1071,10 @@ pub(crate) fn run(endpoint: &str, implementation: &str, setup: &Setup, streams: 
             ("chat", "conventional") => conventional_chat(setup, pieces, &mut sink),
             ("messages", "citestream") => citestream_messages(setup, pieces, &mut sink),
             ("messages", "naive") => naive_messages(setup, pieces, &mut sink),
+            ("responses", "citestream") => super::responses::citestream(setup, pieces, &mut sink),
+            ("responses", "conventional") => {
+                super::responses::conventional(setup, pieces, &mut sink)
+            }
             _ => panic!("unknown implementation {endpoint}/{implementation}"),
         }
     }

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod chat;
+pub(crate) mod responses;
 pub(crate) mod sse;
 
 use std::path::Path;
@@ -215,4 +216,19 @@ pub(crate) fn long_line(len: usize) -> Vec<u8> {
     out.resize(6 + len, b'x');
     out.extend_from_slice(b"\n\n");
     out
+}
+
+/// The recorded Responses streams (`tests/fixtures/upstream/responses/*.sse`).
+pub(crate) fn responses_fixtures() -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream/responses");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sse"))
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|p| std::fs::read(p).expect("fixture"))
+        .collect()
 }

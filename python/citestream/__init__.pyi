@@ -8,6 +8,7 @@ from ._native import (
     Inspection as Inspection,
     InjectError as InjectError,
     MessagesRewriter as MessagesRewriter,
+    ResponsesRewriter as ResponsesRewriter,
     Grounded as Grounded,
     RequestError as RequestError,
     Sources as Sources,

@@ -7,7 +7,7 @@ __version__: str
 BytesLike = Union[bytes, bytearray, memoryview]
 SourceDict = Mapping[str, Union[str, int, float, None]]
 SourcesLike = Union["Sources", Sequence[SourceDict], str, bytes, bytearray]
-Endpoint = Literal["chat", "messages"]
+Endpoint = Literal["chat", "messages", "responses"]
 DialectName = Literal["sources", "citations", "both"]
 OffsetsName = Literal["chars", "utf16", "bytes"]
 
@@ -74,6 +74,24 @@ class ChatRewriter:
 
 class MessagesRewriter:
     """Rewrites a `/v1/messages` SSE stream (`n` is accepted and ignored:
+    one answer)."""
+
+    def __init__(
+        self,
+        sources: SourcesLike,
+        *,
+        dialect: DialectName = "sources",
+        offsets: OffsetsName = "chars",
+        n: int = 1,
+        only_cited: bool = False,
+    ) -> None: ...
+    def feed(self, data: BytesLike) -> bytes: ...
+    def finish(self) -> bytes: ...
+    @property
+    def sources_emitted(self) -> bool: ...
+
+class ResponsesRewriter:
+    """Rewrites a `/v1/responses` SSE stream (`n` is accepted and ignored:
     one answer)."""
 
     def __init__(
@@ -168,7 +186,7 @@ class Grounded:
     def sources(self) -> Optional[Sources]: ...
     @property
     def endpoint(self) -> Optional[Endpoint]: ...
-    def rewriter(self) -> Optional[Union[ChatRewriter, MessagesRewriter]]:
+    def rewriter(self) -> Optional[Union[ChatRewriter, MessagesRewriter, ResponsesRewriter]]:
         """A new streaming rewriter for the response, or None without sources."""
     def rewrite_body(self, body: BytesLike) -> bytes: ...
 

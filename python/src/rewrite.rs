@@ -287,6 +287,14 @@ stream_class! {
     /// rewriter and the CLI; a messages response has one answer.
 }
 
+stream_class! {
+    /// Rewrites an OpenAI `/v1/responses` SSE stream.
+    ResponsesRewriter(citestream::ResponsesStream);
+    /// `ResponsesRewriter(sources, *, dialect="sources", offsets="chars",
+    /// n=1, only_cited=False)`. `n` is accepted for symmetry; a response
+    /// has one answer.
+}
+
 /// Wraps a core rewriter chosen at run time in its Python class.
 pub(crate) fn rewriter_object(py: Python<'_>, r: citestream::Rewriter) -> PyResult<Py<PyAny>> {
     Ok(match r {
@@ -294,10 +302,13 @@ pub(crate) fn rewriter_object(py: Python<'_>, r: citestream::Rewriter) -> PyResu
         citestream::Rewriter::Messages(m) => {
             Py::new(py, MessagesRewriter::from_core(*m))?.into_any()
         }
+        citestream::Rewriter::Responses(r) => {
+            Py::new(py, ResponsesRewriter::from_core(*r))?.into_any()
+        }
     })
 }
 
-/// Parses an endpoint name (`chat`, `messages`).
+/// Parses an endpoint name (`chat`, `messages`, `responses`).
 pub(crate) fn endpoint_arg(endpoint: &str) -> PyResult<citestream::Endpoint> {
     endpoint.parse().map_err(|_| {
         let names: Vec<String> = citestream::Endpoint::ALL
@@ -332,14 +343,7 @@ fn rewrite_body<'py>(
     let opts = options(dialect, offsets, n, only_cited)?;
     let ep = endpoint_arg(endpoint)?;
     let work = || -> Vec<u8> {
-        match ep {
-            citestream::Endpoint::ChatCompletions => {
-                citestream::chat::rewrite_body(&body, &sources, &opts).into_owned()
-            }
-            citestream::Endpoint::Messages => {
-                citestream::messages::rewrite_body(&body, &sources, &opts).into_owned()
-            }
-        }
+        citestream::rewrite::rewrite_body(ep, &body, &sources, &opts).into_owned()
     };
     let out = if body.len() >= crate::DETACH_AT {
         py.detach(work)
@@ -353,6 +357,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySources>()?;
     m.add_class::<ChatRewriter>()?;
     m.add_class::<MessagesRewriter>()?;
+    m.add_class::<ResponsesRewriter>()?;
     m.add_function(wrap_pyfunction!(rewrite_body, m)?)?;
     Ok(())
 }

@@ -22,6 +22,8 @@ pub enum Placement {
     /// message falls back to [`Placement::System`].
     #[default]
     UserMessage,
+    /// Responses: the question's text always (see [`inject`]).
+    ///
     /// Chat: a `{"role":"system","content":<block>}` message at the front of
     /// `messages`. Messages: the block appended to `system`: a string
     /// `system` stays a string, `<system>\n\n<block>`; an array gets a text
@@ -123,7 +125,9 @@ pub struct InjectOptions {
 pub enum InjectError {
     /// The body is not a JSON object (see [`super::inspect`]).
     Invalid(RequestError),
-    /// The body has no `messages` array to put a message into.
+    /// The body has no `messages` array to put a message into (on
+    /// `/v1/responses`: no question, neither a string `input` nor a user
+    /// item in it).
     NoMessages,
 }
 
@@ -206,6 +210,11 @@ fn render_one(out: &mut String, tpl: &str, n: usize, s: &Source) {
 ///
 /// Use it on the body [`super::inspect`] returned (without `web_search`).
 ///
+/// On `/v1/responses` the block goes in front of the question's text
+/// whatever the placement: a string `input` or `content` stays a string,
+/// a parts array gets an `input_text` part in front; never into
+/// `instructions`.
+///
 /// # Example
 /// ```
 /// use citestream::request::{inject, Endpoint, InjectOptions};
@@ -222,7 +231,8 @@ fn render_one(out: &mut String, tpl: &str, n: usize, s: &Source) {
 /// # Errors
 /// [`InjectError::Invalid`] when `body` is not a JSON object;
 /// [`InjectError::NoMessages`] when it has no `messages` array and the
-/// block would go into one (chat without a `user` message).
+/// block would go into one (chat without a `user` message), or, on
+/// `/v1/responses`, when it has no question.
 ///
 /// # Panics
 /// Never panics.
@@ -239,6 +249,10 @@ pub fn inject(
     let b = body;
     let mut lit = String::new();
     push_json_str(&mut lit, &render_sources(&options.template, sources));
+    if endpoint == Endpoint::Responses {
+        let (r, text) = super::responses::inject_edit(b, &ms, &lit)?;
+        return Ok(splice(b, r, &text));
+    }
     let block_part = format!("{{\"type\":\"text\",\"text\":{lit}}}");
 
     let msgs = super::messages(b, &ms);
@@ -261,18 +275,23 @@ pub fn inject(
             let message = format!("{{\"role\":\"system\",\"content\":{lit}}}{sep}");
             (at..at, message)
         }
-        (None, Endpoint::Messages) => messages_system_edit(b, start, &ms, lit, block_part),
+        (None, _) => messages_system_edit(b, start, &ms, lit, block_part),
     };
+    Ok(splice(b, r, &text))
+}
+
+/// `b` with `r` replaced by `text`.
+fn splice(b: &[u8], r: Range<usize>, text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len() + text.len());
     out.extend_from_slice(&b[..r.start]);
     out.extend_from_slice(text.as_bytes());
     out.extend_from_slice(&b[r.end..]);
-    Ok(out)
+    out
 }
 
 /// An edit of a body: the range to replace and its replacement (an empty
 /// range inserts).
-type Edit = (Range<usize>, String);
+pub(super) type Edit = (Range<usize>, String);
 
 /// The block in front of the user message `mm` (at `mrange`): spliced into
 /// a string content (`lit` is the block as a JSON string), as a first part

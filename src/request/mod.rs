@@ -7,7 +7,8 @@
 //! every byte the gateway does not own reaches the upstream unchanged (key
 //! order, number spelling, whitespace, unknown fields).
 //!
-//! * [`inspect`] validates a `/v1/chat/completions` or `/v1/messages` body,
+//! * [`inspect`] validates a `/v1/chat/completions`, `/v1/messages` or
+//!   `/v1/responses` body,
 //!   reads `web_search` and removes it, extracts the search query and the
 //!   settings the response rewriter needs ([`Inspection`]).
 //! * [`inject`](fn@inject) puts numbered sources into a body ([`InjectOptions`],
@@ -32,6 +33,7 @@ use std::ops::Range;
 use bytes::Bytes;
 
 mod inject;
+mod responses;
 
 pub use inject::{
     InjectError, InjectOptions, PLACEHOLDERS, Placement, Template, inject, render_sources,
@@ -107,13 +109,13 @@ impl RequestError {
     /// The JSON error body, ready to send with [`RequestError::status`] and
     /// `content-type: application/json`.
     ///
-    /// * chat: `{"error":{"message":…,"type":"invalid_request_error","param":…,"code":null}}`
+    /// * chat and responses: `{"error":{"message":…,"type":"invalid_request_error","param":…,"code":null}}`
     /// * messages: `{"type":"error","error":{"type":"invalid_request_error","message":…}}`
     #[must_use]
     pub fn body(&self) -> Vec<u8> {
         let mut out = String::new();
         match self.endpoint {
-            Endpoint::ChatCompletions => {
+            Endpoint::ChatCompletions | Endpoint::Responses => {
                 out.push_str("{\"error\":{\"message\":");
                 push_json_str(&mut out, &self.message);
                 out.push_str(",\"type\":\"invalid_request_error\",\"param\":");
@@ -223,7 +225,7 @@ impl Inspection {
     }
 
     /// The number of choices requested (`n` on chat; 1 when absent or not a
-    /// positive integer, and always 1 on `/v1/messages`). Values above
+    /// positive integer, and always 1 on `/v1/messages` and `/v1/responses`). Values above
     /// `u32::MAX` are clamped.
     #[must_use]
     pub fn n(&self) -> u32 {
@@ -288,7 +290,7 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
 
     let stream = json::find(b, &ms, "stream").is_some_and(|m| m.value_in(b) == b"true");
     let n = match endpoint {
-        Endpoint::Messages => 1,
+        Endpoint::Messages | Endpoint::Responses => 1,
         Endpoint::ChatCompletions => json::find(b, &ms, "n")
             .and_then(|m| std::str::from_utf8(m.value_in(b)).ok()?.parse::<u64>().ok())
             .filter(|&n| n >= 1)
@@ -424,6 +426,12 @@ fn json_type_name(v: &[u8]) -> &'static str {
 /// The decoded text of a `content` value: a string, or the `text` of its
 /// `{"type":"text","text":…}` parts / blocks joined with `\n`.
 fn content_text(b: &[u8], v: Range<usize>) -> Option<String> {
+    parts_text(b, v, &["text"])
+}
+
+/// The decoded text of a `content` value: a string, or the `text` of its
+/// parts whose `type` is one of `types`, joined with `\n`.
+pub(crate) fn parts_text(b: &[u8], v: Range<usize>, types: &[&str]) -> Option<String> {
     match b.get(v.start)? {
         b'"' => json::decode_token(&b[v]),
         b'[' => {
@@ -434,7 +442,7 @@ fn content_text(b: &[u8], v: Range<usize>) -> Option<String> {
                 };
                 let is_text = json::find(b, &pm, "type")
                     .and_then(|t| json::decode_token(t.value_in(b)))
-                    .is_some_and(|t| t == "text");
+                    .is_some_and(|t| types.contains(&t.as_str()));
                 if !is_text {
                     continue;
                 }
@@ -479,6 +487,9 @@ pub(crate) fn last_user(b: &[u8], msgs: &[Message]) -> Option<usize> {
 }
 
 fn extract_query(endpoint: Endpoint, b: &[u8], ms: &[Field]) -> Option<SearchQuery> {
+    if endpoint == Endpoint::Responses {
+        return responses::query(b, ms);
+    }
     let (_, msgs) = messages(b, ms)?;
     let last = last_user(b, &msgs)?;
     let (_, mm) = &msgs[last];

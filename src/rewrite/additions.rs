@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::cite::Marker;
 use crate::json::{self, Field, Invalid, Member, Splice};
-use crate::sources::Sources;
+use crate::sources::{AnnotationShape, Sources};
 use crate::sse::{self, Event, FrameRef};
 
 use super::RewriteOptions;
@@ -237,24 +237,73 @@ pub(crate) fn event_with_top_level(
 }
 
 /// The number of bytes [`push_annotations`] appends for `markers`.
-pub(crate) fn annotations_len(sources: &Sources, markers: &[Marker]) -> usize {
+pub(crate) fn annotations_len(
+    shape: AnnotationShape,
+    sources: &Sources,
+    markers: &[Marker],
+) -> usize {
     let items: usize = markers
         .iter()
-        .map(|m| sources.annotation_len(m.number, m.start, m.end))
+        .map(|m| sources.annotation_len_as(shape, m.number, m.start, m.end))
         .sum();
     2 + items + markers.len().saturating_sub(1)
 }
 
 /// Appends the `annotations` array for `markers` to `out`.
-pub(crate) fn push_annotations(out: &mut Vec<u8>, sources: &Sources, markers: &[Marker]) {
+pub(crate) fn push_annotations(
+    shape: AnnotationShape,
+    out: &mut Vec<u8>,
+    sources: &Sources,
+    markers: &[Marker],
+) {
     out.push(b'[');
     for (k, m) in markers.iter().enumerate() {
         if k > 0 {
             out.push(b',');
         }
-        sources.push_annotation(out, m.number, m.start, m.end);
+        sources.push_annotation_as(shape, out, m.number, m.start, m.end);
     }
     out.push(b']');
+}
+
+/// Splices our `annotations` (`ours`, a whole JSON array) into an object
+/// of `b` whose closing brace is at `close.0` (`close.1`: it has members):
+/// appended inside the upstream `annotations` array (`upstream`; nothing
+/// when `ours` is empty), replacing any other upstream value, or as a new
+/// member before the closing brace.
+pub(crate) fn splice_annotations(
+    b: &[u8],
+    sp: &mut Splice,
+    ours: &[u8],
+    upstream: Option<&Field>,
+    close: (usize, bool),
+) {
+    match upstream {
+        Some(f) if b[f.member.value_start] == b'[' => {
+            let inner = &ours[1..ours.len() - 1];
+            if !inner.is_empty() {
+                let at = json::insert_point(b, f.end - 1);
+                let empty = at == f.member.value_start + 1;
+                let mut ins = Vec::with_capacity(inner.len() + 1);
+                if !empty {
+                    ins.push(b',');
+                }
+                ins.extend_from_slice(inner);
+                sp.replace(at..at, ins);
+            }
+        }
+        Some(f) => sp.replace(f.value(), ours.to_vec()),
+        None => {
+            let at = json::insert_point(b, close.0);
+            let mut ins = Vec::with_capacity(ours.len() + 16);
+            if close.1 {
+                ins.push(b',');
+            }
+            ins.extend_from_slice(b"\"annotations\":");
+            ins.extend_from_slice(ours);
+            sp.replace(at..at, ins);
+        }
+    }
 }
 
 /// The event with `sp` applied to its data: spliced into the original

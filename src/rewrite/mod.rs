@@ -6,9 +6,10 @@
 //! |---|---|
 //! | `driver` | the streaming loop: SSE parser → endpoint handler → output queue, behind one wrapper ([`SseRewriter`]) and one trait ([`StreamRewriter`]) |
 //! | `options` | [`RewriteOptions`] |
-//! | `additions` | what both endpoints add: the top-level `sources` / `citations` splice, the `annotations` array, re-writing an event |
+//! | `additions` | what every endpoint adds: the top-level `sources` / `citations` splice, the `annotations` array, re-writing an event |
 //! | [`chat`] | `/v1/chat/completions`: the chunk scanner, the template learner, the handler, the whole-body rewriter |
 //! | [`messages`] | `/v1/messages`: the handler and the whole-body rewriter |
+//! | [`responses`] | `/v1/responses`: the handler, the snapshot splices, the whole-body rewriter |
 //!
 //! Data flows down the list: a handler reads chunks with
 //! [`json`](crate#overview) and counts markers with [`cite`](crate::cite);
@@ -53,13 +54,15 @@ pub mod chat;
 mod driver;
 pub mod messages;
 mod options;
+pub mod responses;
 
 pub use chat::{ChatHandler, ChatStream};
 pub use driver::{SseRewriter, StreamRewriter};
 pub use messages::{MessagesHandler, MessagesStream};
 pub use options::{MAX_CHOICES, RewriteOptions};
+pub use responses::{ResponsesHandler, ResponsesStream};
 
-/// Either streaming rewriter, chosen at run time by [`Endpoint`] (see
+/// One of the streaming rewriters, chosen at run time by [`Endpoint`] (see
 /// also [`ResponsePlan::stream_rewriter`](crate::flow::ResponsePlan::stream_rewriter)).
 #[derive(Debug)]
 pub enum Rewriter {
@@ -67,6 +70,8 @@ pub enum Rewriter {
     Chat(Box<ChatStream>),
     /// `/v1/messages`.
     Messages(Box<MessagesStream>),
+    /// `/v1/responses`.
+    Responses(Box<ResponsesStream>),
 }
 
 impl Rewriter {
@@ -76,6 +81,9 @@ impl Rewriter {
         match endpoint {
             Endpoint::ChatCompletions => Rewriter::Chat(Box::new(ChatStream::new(sources, opts))),
             Endpoint::Messages => Rewriter::Messages(Box::new(MessagesStream::new(sources, opts))),
+            Endpoint::Responses => {
+                Rewriter::Responses(Box::new(ResponsesStream::new(sources, opts)))
+            }
         }
     }
 }
@@ -85,30 +93,35 @@ impl StreamRewriter for Rewriter {
         match self {
             Rewriter::Chat(r) => r.feed(chunk),
             Rewriter::Messages(r) => r.feed(chunk),
+            Rewriter::Responses(r) => r.feed(chunk),
         }
     }
     fn feed_slice(&mut self, piece: &[u8]) {
         match self {
             Rewriter::Chat(r) => r.feed_slice(piece),
             Rewriter::Messages(r) => r.feed_slice(piece),
+            Rewriter::Responses(r) => r.feed_slice(piece),
         }
     }
     fn next_output(&mut self) -> Option<Bytes> {
         match self {
             Rewriter::Chat(r) => r.next_output(),
             Rewriter::Messages(r) => r.next_output(),
+            Rewriter::Responses(r) => r.next_output(),
         }
     }
     fn finish(&mut self) {
         match self {
             Rewriter::Chat(r) => r.finish(),
             Rewriter::Messages(r) => r.finish(),
+            Rewriter::Responses(r) => r.finish(),
         }
     }
 }
 
 /// Rewrites a whole (non-streamed) response body of `endpoint`
-/// ([`chat::rewrite_body`] or [`messages::rewrite_body`]).
+/// ([`chat::rewrite_body`], [`messages::rewrite_body`] or
+/// [`responses::rewrite_body`]).
 ///
 /// # Panics
 ///
@@ -123,5 +136,6 @@ pub fn rewrite_body<'a>(
     match endpoint {
         Endpoint::ChatCompletions => chat::rewrite_body(body, sources, opts),
         Endpoint::Messages => messages::rewrite_body(body, sources, opts),
+        Endpoint::Responses => responses::rewrite_body(body, sources, opts),
     }
 }

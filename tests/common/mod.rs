@@ -3,4 +3,5 @@
 
 pub mod chat_ref;
 pub mod cite_ref;
+pub mod responses_ref;
 pub mod sse_ref;

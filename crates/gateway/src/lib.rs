@@ -48,7 +48,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 mod body;
-pub mod demo;
+/// The built-in demo model (its own crate, `citestream-demo`).
+pub use citestream_demo as demo;
 mod proxy;
 mod server;
 mod upstream;

@@ -61,7 +61,7 @@ impl ErrorShape {
 impl From<Endpoint> for ErrorShape {
     fn from(e: Endpoint) -> Self {
         match e {
-            Endpoint::ChatCompletions => ErrorShape::OpenAi,
+            Endpoint::ChatCompletions | Endpoint::Responses => ErrorShape::OpenAi,
             Endpoint::Messages => ErrorShape::Anthropic,
         }
     }

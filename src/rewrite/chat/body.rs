@@ -9,8 +9,10 @@ use std::borrow::Cow;
 use crate::cite::{Marker, MarkerTracker};
 use crate::json::{self, ArrayWalker, Field, Invalid, ObjectWalker, Splice};
 use crate::rewrite::RewriteOptions;
-use crate::rewrite::additions::{Existing, finish_body, push_annotations, whole_body};
-use crate::sources::Sources;
+use crate::rewrite::additions::{
+    Existing, finish_body, push_annotations, splice_annotations, whole_body,
+};
+use crate::sources::{AnnotationShape, Sources};
 
 /// Rewrites a whole (non-streamed) `chat.completion` body.
 ///
@@ -146,34 +148,8 @@ impl Body<'_> {
     /// as a new member before the message's closing brace `close.0`
     /// (`close.1`: the message has members).
     fn annotations(&mut self, markers: &[Marker], upstream: Option<Field>, close: (usize, bool)) {
-        let b = self.b;
         let mut ours = Vec::new();
-        push_annotations(&mut ours, self.sources, markers);
-        match upstream {
-            Some(f) if b[f.member.value_start] == b'[' => {
-                if !markers.is_empty() {
-                    let inner = &ours[1..ours.len() - 1];
-                    let at = json::insert_point(b, f.end - 1);
-                    let empty = at == f.member.value_start + 1;
-                    let mut ins = Vec::with_capacity(inner.len() + 1);
-                    if !empty {
-                        ins.push(b',');
-                    }
-                    ins.extend_from_slice(inner);
-                    self.sp.replace(at..at, ins);
-                }
-            }
-            Some(f) => self.sp.replace(f.value(), ours),
-            None => {
-                let at = json::insert_point(b, close.0);
-                let mut ins = Vec::with_capacity(ours.len() + 16);
-                if close.1 {
-                    ins.push(b',');
-                }
-                ins.extend_from_slice(b"\"annotations\":");
-                ins.extend_from_slice(&ours);
-                self.sp.replace(at..at, ins);
-            }
-        }
+        push_annotations(AnnotationShape::Nested, &mut ours, self.sources, markers);
+        splice_annotations(self.b, &mut self.sp, &ours, upstream.as_ref(), close);
     }
 }

@@ -61,7 +61,7 @@ use crate::rewrite::additions::{
 };
 use crate::rewrite::driver::{Handler, Out, SseRewriter, Tail};
 use crate::rewrite::{MAX_CHOICES, RewriteOptions};
-use crate::sources::{Sources, decimal};
+use crate::sources::{AnnotationShape, Sources, decimal};
 use crate::sse::{self, FrameKind, FrameRef, Parser};
 
 mod body;
@@ -489,7 +489,7 @@ impl ChatHandler {
         let index = decimal(u64::from(idx), &mut digits);
         let members = envelope.len();
         let comma = usize::from(members > 0);
-        let annotations = annotations_len(&self.sources, markers);
+        let annotations = annotations_len(AnnotationShape::Nested, &self.sources, markers);
         let len = b"data: {".len()
             + members
             + comma
@@ -508,7 +508,7 @@ impl ChatHandler {
         ev.extend_from_slice(HEAD);
         ev.extend_from_slice(index);
         ev.extend_from_slice(DELTA);
-        push_annotations(&mut ev, &self.sources, markers);
+        push_annotations(AnnotationShape::Nested, &mut ev, &self.sources, markers);
         ev.extend_from_slice(TAIL);
         ev.extend_from_slice(b"\n\n");
         debug_assert_eq!((ev.len(), ev.capacity()), (len, len));

@@ -1,4 +1,5 @@
-//! The built-in demo upstream model (SPEC section 12, "Demo upstream").
+//! The built-in demo upstream model of `citestream serve` (see
+//! docs/gateway.md, "Demo upstream").
 //!
 //! With `upstream.base_url = ""` the gateway sends grounded requests here
 //! instead of to a model server, and puts the responses through the same
@@ -39,15 +40,23 @@
 //!   answer. `/v1/messages` answers a `message` body or the Anthropic event
 //!   sequence (`message_start`, `content_block_start`, `ping`,
 //!   `content_block_delta`s, `content_block_stop`, `message_delta`,
-//!   `message_stop`, with `event:` lines). `model` is [`MODEL`].
+//!   `message_stop`, with `event:` lines). `/v1/responses` answers a
+//!   `response` object (one `message` item, one `output_text` part) or the
+//!   Responses event sequence (`response.created`, `response.in_progress`,
+//!   `response.output_item.added`, `response.content_part.added`,
+//!   `response.output_text.delta`s, `response.output_text.done`,
+//!   `response.content_part.done`, `response.output_item.done`,
+//!   `response.completed`, with `event:` lines and consecutive
+//!   `sequence_number`s from 0). `model` is [`MODEL`].
 //! * **Limits**: `max_completion_tokens` / `max_tokens` (chat) and
-//!   `max_tokens` (messages) cut the answer after that many tokens, with
-//!   `finish_reason: "length"` / `stop_reason: "max_tokens"`.
+//!   `max_tokens` (messages), `max_output_tokens` (responses) cut the
+//!   answer after that many tokens, with `finish_reason: "length"` /
+//!   `stop_reason: "max_tokens"` / `status: "incomplete"`.
 //! * **Usage** counts are approximate: the number of token-sized pieces
 //!   (about one per word and one per punctuation mark) of the answer, and
 //!   of every text in the conversation for the prompt side.
 //! * **Determinism**: the same request body gives the same bytes. The id is
-//!   `chatcmpl-demo-<hex>` / `msg_demo_<hex>` from an FNV-1a hash of the
+//!   `chatcmpl-demo-<hex>` / `msg_demo_<hex>` / `resp_demo_<hex>` from an FNV-1a hash of the
 //!   body; `created` is the fixed [`CREATED`].
 //! * **Errors**: a body that is not a JSON object (or has a non-boolean
 //!   `web_search`, which the gateway never forwards) gets status 400 and the
@@ -59,7 +68,7 @@
 //!
 //! ```
 //! use citestream::Endpoint;
-//! use citestream_gateway::demo::{respond, DemoBody};
+//! use citestream_demo::{respond, DemoBody};
 //!
 //! let body = br#"{"model":"any","messages":[{"role":"user","content":[
 //!   {"type":"text","text":"Sources:\n\n[1] Lisbon weather\nURL: https://w.example/\nSaturday: sunny in Lisbon."},
@@ -156,6 +165,7 @@ pub fn respond(endpoint: Endpoint, body: &[u8]) -> DemoResponse {
         id: match endpoint {
             Endpoint::ChatCompletions => format!("chatcmpl-demo-{hash:016x}"),
             Endpoint::Messages => format!("msg_demo_{hash:016x}"),
+            Endpoint::Responses => format!("resp_demo_{hash:016x}"),
         },
         pieces,
         truncated,
@@ -175,6 +185,8 @@ pub fn respond(endpoint: Endpoint, body: &[u8]) -> DemoResponse {
         )),
         (Endpoint::Messages, false) => DemoBody::Whole(wire::message_body(&reply)),
         (Endpoint::Messages, true) => DemoBody::Events(wire::message_events(&reply)),
+        (Endpoint::Responses, false) => DemoBody::Whole(wire::response_body(&reply, CREATED)),
+        (Endpoint::Responses, true) => DemoBody::Events(wire::response_events(&reply, CREATED)),
     };
     DemoResponse {
         status: 200,

@@ -59,6 +59,9 @@ pub(crate) struct Prompt {
 /// Reads `body` (already known to be a JSON object) for `endpoint`.
 /// Lenient: anything missing or oddly typed is taken as absent.
 pub(crate) fn read(endpoint: Endpoint, body: &Value) -> Prompt {
+    if endpoint == Endpoint::Responses {
+        return read_responses(body);
+    }
     let empty = Vec::new();
     let messages = body
         .get("messages")
@@ -117,13 +120,97 @@ pub(crate) fn read(endpoint: Endpoint, body: &Value) -> Prompt {
             .get("max_completion_tokens")
             .and_then(Value::as_u64)
             .or_else(|| body.get("max_tokens").and_then(Value::as_u64)),
-        Endpoint::Messages => body.get("max_tokens").and_then(Value::as_u64),
+        Endpoint::Messages | Endpoint::Responses => body.get("max_tokens").and_then(Value::as_u64),
     };
     Prompt {
         passages,
         question: question.join("\n"),
         all_text,
         max_tokens,
+    }
+}
+
+/// [`read`] on `/v1/responses`: the question is `input` when it is a
+/// string, else the last `role: "user"` item's `content` (a string or its
+/// `input_text` parts); `instructions` and `system` / `developer` items
+/// are the system prompt. A string that starts with the sources block (the
+/// gateway keeps a string a string) ends with the question after the
+/// block's last blank line.
+fn read_responses(body: &Value) -> Prompt {
+    let mut system_texts: Vec<String> = body
+        .get("instructions")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .into_iter()
+        .collect();
+    let mut all_text = system_texts.clone();
+    let mut user_texts = Vec::new();
+    match body.get("input") {
+        Some(Value::String(s)) => {
+            user_texts = vec![s.clone()];
+            all_text.push(s.clone());
+        }
+        Some(Value::Array(items)) => {
+            for item in items {
+                let role = item.get("role").and_then(Value::as_str).unwrap_or("");
+                let content = item.get("content").map(input_texts).unwrap_or_default();
+                if role == "system" || role == "developer" {
+                    system_texts.extend(content.iter().cloned());
+                }
+                if role == "user" {
+                    user_texts.clone_from(&content);
+                }
+                all_text.extend(content);
+            }
+        }
+        _ => {}
+    }
+    let mut passages = Vec::new();
+    let mut question = Vec::new();
+    for t in &user_texts {
+        match parse_block(t) {
+            Some(p) if passages.is_empty() => match t.rsplit_once("\n\n") {
+                // One string: the block, a blank line, the question.
+                Some((block, q)) if user_texts.len() == 1 && parse_block(block).is_some() => {
+                    passages = parse_block(block).unwrap_or_default();
+                    question.push(q);
+                }
+                _ => passages = p,
+            },
+            _ => question.push(t.as_str()),
+        }
+    }
+    if passages.is_empty() {
+        passages = system_texts
+            .iter()
+            .find_map(|t| parse_block(t))
+            .unwrap_or_default();
+    }
+    Prompt {
+        passages,
+        question: question.join("\n"),
+        all_text,
+        max_tokens: body.get("max_output_tokens").and_then(Value::as_u64),
+    }
+}
+
+/// The texts of a Responses `content` value: the string itself, or the
+/// `text` of each `input_text` / `output_text` part.
+fn input_texts(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(parts) => parts
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.get("type").and_then(Value::as_str),
+                    Some("input_text" | "output_text")
+                )
+            })
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

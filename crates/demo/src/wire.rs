@@ -1,6 +1,7 @@
 //! The demo model's responses in the real providers' shapes: OpenAI
-//! `chat.completion` / `chat.completion.chunk` and Anthropic `message` /
-//! its event sequence. JSON is written by hand (strings escaped by
+//! `chat.completion` / `chat.completion.chunk`, Anthropic `message` / its
+//! event sequence, and the OpenAI Responses `response` object / its event
+//! sequence. JSON is written by hand (strings escaped by
 //! serde_json) so members come in the providers' order.
 
 use bytes::Bytes;
@@ -189,6 +190,142 @@ pub(crate) fn message_events(r: &Reply<'_>) -> Vec<Bytes> {
         ),
     ));
     out.push(event(Some("message_stop"), r#"{"type":"message_stop"}"#));
+    out
+}
+
+/// The `response` object of `/v1/responses`: `status` and `output` as
+/// given (`output` is a JSON array; `[]` while in progress).
+fn response_object(r: &Reply<'_>, created: u64, status: &str, output: &str, done: bool) -> String {
+    let incomplete = if r.truncated && done {
+        r#"{"reason":"max_output_tokens"}"#
+    } else {
+        "null"
+    };
+    let usage = if done {
+        let out = r.completion_tokens();
+        format!(
+            r#"{{"input_tokens":{},"input_tokens_details":{{"cached_tokens":0}},"output_tokens":{out},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}}"#,
+            r.prompt_tokens,
+            r.prompt_tokens.saturating_add(out)
+        )
+    } else {
+        "null".to_owned()
+    };
+    let completed_at = if done {
+        created.to_string()
+    } else {
+        "null".to_owned()
+    };
+    format!(
+        r#"{{"id":{},"object":"response","created_at":{created},"status":"{status}","background":false,"completed_at":{completed_at},"error":null,"incomplete_details":{incomplete},"instructions":null,"max_output_tokens":null,"model":"{MODEL}","output":{output},"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{{"effort":null,"summary":null}},"store":false,"temperature":1.0,"text":{{"format":{{"type":"text"}}}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":{usage},"user":null,"metadata":{{}}}}"#,
+        js(&r.id)
+    )
+}
+
+/// The `message` output item's id.
+fn message_id(r: &Reply<'_>) -> String {
+    format!("msg_{}", r.id.trim_start_matches("resp_"))
+}
+
+/// `completed`, or `incomplete` when `max_output_tokens` cut the answer.
+fn response_status(r: &Reply<'_>) -> &'static str {
+    if r.truncated {
+        "incomplete"
+    } else {
+        "completed"
+    }
+}
+
+/// The `output_text` part with the whole text.
+fn output_text(text: &str) -> String {
+    format!(
+        r#"{{"type":"output_text","annotations":[],"logprobs":[],"text":{}}}"#,
+        js(text)
+    )
+}
+
+/// The `message` item with `content` and `status`.
+fn message_item(r: &Reply<'_>, status: &str, content: &str) -> String {
+    format!(
+        r#"{{"id":{},"type":"message","status":"{status}","content":[{content}],"role":"assistant"}}"#,
+        js(&message_id(r))
+    )
+}
+
+/// A whole `/v1/responses` body (`"object": "response"`).
+pub(crate) fn response_body(r: &Reply<'_>, created: u64) -> Bytes {
+    let item = message_item(r, response_status(r), &output_text(&r.content()));
+    let output = format!("[{item}]");
+    Bytes::from(response_object(
+        r,
+        created,
+        response_status(r),
+        &output,
+        true,
+    ))
+}
+
+/// The Responses event sequence, with `event:` lines and consecutive
+/// `sequence_number`s from 0: `response.created`, `response.in_progress`,
+/// `response.output_item.added`, `response.content_part.added`, one
+/// `response.output_text.delta` per piece, `response.output_text.done`,
+/// `response.content_part.done`, `response.output_item.done`, then
+/// `response.completed` (or `response.incomplete`).
+pub(crate) fn response_events(r: &Reply<'_>, created: u64) -> Vec<Bytes> {
+    let mut out = Vec::with_capacity(r.pieces.len() + 9);
+    let mut seq = 0u64;
+    let mut push = |ty: &str, body: String| {
+        out.push(event(
+            Some(ty),
+            &format!(r#"{{"type":"{ty}",{body},"sequence_number":{seq}}}"#),
+        ));
+        seq += 1;
+    };
+    let pending = response_object(r, created, "in_progress", "[]", false);
+    push("response.created", format!(r#""response":{pending}"#));
+    push("response.in_progress", format!(r#""response":{pending}"#));
+    let id = js(&message_id(r));
+    let added = message_item(r, "in_progress", "");
+    push(
+        "response.output_item.added",
+        format!(r#""item":{added},"output_index":0"#),
+    );
+    let part = |text: &str| {
+        format!(
+            r#""content_index":0,"item_id":{id},"output_index":0,"part":{}"#,
+            output_text(text)
+        )
+    };
+    push("response.content_part.added", part(""));
+    for piece in &r.pieces {
+        push(
+            "response.output_text.delta",
+            format!(
+                r#""content_index":0,"delta":{},"item_id":{id},"logprobs":[],"output_index":0"#,
+                js(piece)
+            ),
+        );
+    }
+    let text = r.content();
+    push(
+        "response.output_text.done",
+        format!(
+            r#""content_index":0,"item_id":{id},"logprobs":[],"output_index":0,"text":{}"#,
+            js(&text)
+        ),
+    );
+    push("response.content_part.done", part(&text));
+    let status = response_status(r);
+    let item = message_item(r, status, &output_text(&text));
+    push(
+        "response.output_item.done",
+        format!(r#""item":{item},"output_index":0"#),
+    );
+    let done = response_object(r, created, status, &format!("[{item}]"), true);
+    push(
+        &format!("response.{status}"),
+        format!(r#""response":{done}"#),
+    );
     out
 }
 

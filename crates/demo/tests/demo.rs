@@ -16,7 +16,7 @@ use citestream::request::{InjectOptions, Placement};
 use citestream::sources::{Source, Sources};
 use citestream::sse::{Frame, Parser};
 use citestream::{Endpoint, RewriteOptions, StreamRewriter};
-use citestream_gateway::demo::{self, DemoBody, DemoResponse};
+use citestream_demo::{self as demo, DemoBody, DemoResponse};
 use serde_json::{Value, json};
 
 const LISBON_Q: &str = "What's the weather in Lisbon this weekend?";
@@ -434,16 +434,22 @@ fn lisbon_messages_stream_and_whole() {
 
 #[test]
 fn system_placement_gives_the_same_answer() {
-    for endpoint in [Endpoint::ChatCompletions, Endpoint::Messages] {
+    for endpoint in [
+        Endpoint::ChatCompletions,
+        Endpoint::Messages,
+        Endpoint::Responses,
+    ] {
         let req = match endpoint {
             Endpoint::ChatCompletions => chat_request(LISBON_Q, json!({})),
             Endpoint::Messages => messages_request(LISBON_Q, json!({"system": "Be brief."})),
+            Endpoint::Responses => responses_request(json!(LISBON_Q), json!({})),
         };
         let (body, _) = prepare(endpoint, &req, lisbon(), Placement::System);
         let v = whole(&demo::respond(endpoint, &body));
         let text = match endpoint {
             Endpoint::ChatCompletions => &v["choices"][0]["message"]["content"],
             Endpoint::Messages => &v["content"][0]["text"],
+            Endpoint::Responses => &v["output"][0]["content"][0]["text"],
         };
         assert_eq!(text.as_str(), Some(LISBON_ANSWER), "{endpoint:?}");
     }
@@ -451,10 +457,15 @@ fn system_placement_gives_the_same_answer() {
 
 #[test]
 fn no_sources_says_so_without_markers() {
-    for endpoint in [Endpoint::ChatCompletions, Endpoint::Messages] {
+    for endpoint in [
+        Endpoint::ChatCompletions,
+        Endpoint::Messages,
+        Endpoint::Responses,
+    ] {
         let mut req = match endpoint {
             Endpoint::ChatCompletions => chat_request(LISBON_Q, json!({"stream": true})),
             Endpoint::Messages => messages_request(LISBON_Q, json!({"stream": true})),
+            Endpoint::Responses => responses_request(json!(LISBON_Q), json!({"stream": true})),
         };
         // Nothing found: the body goes upstream without sources.
         let (body, plan) = prepare(endpoint, &req, Vec::new(), Placement::UserMessage);
@@ -468,6 +479,14 @@ fn no_sources_says_so_without_markers() {
                 .map(|(_, d)| {
                     let v: Value = serde_json::from_str(d).unwrap();
                     v["delta"]["text"].as_str().unwrap().to_owned()
+                })
+                .collect(),
+            Endpoint::Responses => evs
+                .iter()
+                .filter(|(t, _)| t == "response.output_text.delta")
+                .map(|(_, d)| {
+                    let v: Value = serde_json::from_str(d).unwrap();
+                    v["delta"].as_str().unwrap().to_owned()
                 })
                 .collect(),
         };
@@ -599,4 +618,140 @@ fn same_request_same_bytes() {
     };
     assert!(id(&a).starts_with("chatcmpl-demo-"));
     assert_ne!(id(&a), id(&b));
+}
+
+fn responses_request(input: Value, extra: Value) -> Value {
+    let mut v = json!({
+        "model": "gpt-4.1",
+        "web_search": true,
+        "instructions": "Be brief.",
+        "input": input
+    });
+    merge(&mut v, extra);
+    v
+}
+
+/// `/v1/responses`, whole: a `response` object whose one `output_text`
+/// part is the cited answer; through the plan's rewriter it gets flat
+/// `url_citation` annotations at the markers and top-level `sources`.
+#[test]
+fn responses_whole_answer_is_cited() {
+    for input in [
+        json!(LISBON_Q),
+        json!([{"role": "user", "content": LISBON_Q}]),
+        json!([{"role": "user", "content": [{"type": "input_text", "text": LISBON_Q}]}]),
+    ] {
+        let req = responses_request(input.clone(), json!({}));
+        let (body, plan) = prepare(Endpoint::Responses, &req, lisbon(), Placement::UserMessage);
+        let plan = plan.expect("sources were injected");
+        let r = demo::respond(Endpoint::Responses, &body);
+        let v = whole(&r);
+        assert_eq!(v["object"], "response");
+        assert_eq!(v["model"], "citestream-demo");
+        assert_eq!(v["status"], "completed");
+        let part = &v["output"][0]["content"][0];
+        assert_eq!(part["type"], "output_text");
+        assert_eq!(part["text"].as_str(), Some(LISBON_ANSWER), "{input}");
+        let DemoBody::Whole(raw) = &r.body else {
+            unreachable!()
+        };
+        let out: Value =
+            serde_json::from_slice(&plan.rewrite_body(raw, &RewriteOptions::new())).unwrap();
+        let ann = out["output"][0]["content"][0]["annotations"]
+            .as_array()
+            .unwrap();
+        assert_eq!(ann.len(), 2);
+        let chars: Vec<char> = LISBON_ANSWER.chars().collect();
+        for a in ann {
+            assert_eq!(a["type"], "url_citation");
+            let (s, e) = (
+                a["start_index"].as_u64().unwrap(),
+                a["end_index"].as_u64().unwrap(),
+            );
+            let marker: String = chars[s as usize..e as usize].iter().collect();
+            assert!(marker == "[1]" || marker == "[2]", "{marker}");
+        }
+        assert_eq!(out["sources"].as_array().unwrap().len(), lisbon().len());
+    }
+}
+
+/// `/v1/responses`, streamed: the real event sequence with consecutive
+/// sequence numbers; the deltas concatenate to the answer; through the
+/// plan's rewriter the annotation events come before `output_text.done`.
+#[test]
+fn responses_stream_has_the_real_event_sequence() {
+    let req = responses_request(json!(LISBON_Q), json!({"stream": true}));
+    let (body, plan) = prepare(Endpoint::Responses, &req, lisbon(), Placement::UserMessage);
+    let plan = plan.expect("sources were injected");
+    let reads = events(&demo::respond(Endpoint::Responses, &body)).to_vec();
+    let evs = parse(&reads);
+    let types: Vec<&str> = evs.iter().map(|(t, _)| t.as_str()).collect();
+    let deltas = types
+        .iter()
+        .filter(|t| **t == "response.output_text.delta")
+        .count();
+    assert!(deltas > 5);
+    let mut want = vec![
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ];
+    want.extend(std::iter::repeat_n("response.output_text.delta", deltas));
+    want.extend([
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert_eq!(types, want);
+    let mut text = String::new();
+    for (k, (t, d)) in evs.iter().enumerate() {
+        let v: Value = serde_json::from_str(d).unwrap();
+        assert_eq!(v["type"].as_str(), Some(t.as_str()));
+        assert_eq!(v["sequence_number"].as_u64(), Some(k as u64));
+        if t == "response.output_text.delta" {
+            text.push_str(v["delta"].as_str().unwrap());
+        }
+    }
+    assert_eq!(text, LISBON_ANSWER);
+
+    let joined = Bytes::from(rewrite_stream(&plan, &reads).concat());
+    let evs = parse_joined(&joined);
+    let types: Vec<&str> = evs.iter().map(|(t, _)| t.as_str()).collect();
+    let done = types
+        .iter()
+        .position(|t| *t == "response.output_text.done")
+        .unwrap();
+    assert_eq!(
+        &types[done - 2..done],
+        ["response.output_text.annotation.added"; 2]
+    );
+    for (k, (_, d)) in evs.iter().enumerate() {
+        let v: Value = serde_json::from_str(d).unwrap();
+        assert_eq!(v["sequence_number"].as_u64(), Some(k as u64));
+    }
+    let last: Value = serde_json::from_str(&evs.last().unwrap().1).unwrap();
+    assert_eq!(
+        last["response"]["sources"].as_array().unwrap().len(),
+        lisbon().len()
+    );
+    let ann = &last["response"]["output"][0]["content"][0]["annotations"];
+    assert_eq!(ann.as_array().unwrap().len(), 2);
+}
+
+/// (event type, data) of every event in one buffer.
+fn parse_joined(b: &Bytes) -> Vec<(String, String)> {
+    let mut p = Parser::new();
+    p.feed(b.clone());
+    let mut out = Vec::new();
+    while let Some(f) = p.next_frame() {
+        if let Frame::Event(e) = f {
+            out.push((
+                String::from_utf8_lossy(e.event_type()).into_owned(),
+                String::from_utf8_lossy(e.data()).into_owned(),
+            ));
+        }
+    }
+    out
 }
