@@ -225,7 +225,7 @@ impl Sources {
         }
     }
 
-    /// Parses a JSON array of source objects (SPEC section 2).
+    /// Parses a JSON array of source objects (docs/reference/request.md, "Sources").
     ///
     /// # Errors
     /// Returns [`SourcesError`] when `json` is not valid JSON, not an array,
@@ -333,7 +333,7 @@ impl Sources {
             + shape.tail().len()
     }
 
-    /// The top-level `citations` array as JSON (SPEC section 8): one entry per
+    /// The top-level `citations` array as JSON (docs/reference/responses.md, "The citations array"): one entry per
     /// source in footnote order, or only those whose 1-based number satisfies
     /// `include` (`document_index` stays footnote number − 1 either way).
     #[must_use]

@@ -1,4 +1,5 @@
-//! Edge cases of SPEC sections 6, 7 and 9, one named test each. Every
+//! Edge cases of the response rules (docs/reference/responses.md, "Chat
+//! completions", "Messages", "Errors and bad input"), one named test each. Every
 //! streamed case also goes through the reference checker (`chat_ref`) at
 //! several read sizes; the named assertions pin the behaviour the test is
 //! about.

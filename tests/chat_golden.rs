@@ -1,5 +1,5 @@
 //! Golden tests: the Lisbon example (streamed and whole), a Magisterium
-//! `citations` body and stream (SPEC section 8, the Portuguese seed), and an
+//! `citations` body and stream (docs/reference/responses.md, "The citations array"), and an
 //! Anthropic whole body. Expected outputs live in `tests/golden/`; each test
 //! also checks the output structurally (reference checker) and asserts the
 //! key facts in code, so a golden file cannot silently drift.

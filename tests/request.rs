@@ -1,5 +1,5 @@
 //! Request side: `web_search` inspection and stripping, query extraction,
-//! source injection (SPEC section 3), through the public API.
+//! source injection (docs/reference/request.md), through the public API.
 
 use citestream::request::{
     Endpoint, InjectError, InjectOptions, Placement, RequestErrorKind, Template, inject, inspect,

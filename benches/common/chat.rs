@@ -19,7 +19,7 @@
 //!   annotations chunk synthesized and `sources` spliced into the finish
 //!   chunk before its closing brace.
 //!
-//! Both baselines follow the same rules as citestream (SPEC sections 5–7)
+//! Both baselines follow the same rules as citestream (docs/reference/responses.md, "Markers", "Chat completions", "Messages")
 //! for what they add: annotations only for choices with markers, right
 //! before the choice's first finish chunk; `sources` on the n-th finish;
 //! a finish chunk that also carries content for an annotated choice split
@@ -365,7 +365,7 @@ pub(crate) fn split_streams(streams: &[Vec<u8>], size: Option<usize>) -> Streams
 // The marker scan the baselines share
 
 /// The markers of a whole content, as `(number, start, end)` in characters
-/// (SPEC section 5): `[n]` with 1–4 digits, no leading zero, `n` in
+/// (docs/reference/responses.md, "Markers"): `[n]` with 1–4 digits, no leading zero, `n` in
 /// `1..=max`, not after a backslash, not inside a fenced code block or an
 /// inline code span. A straightforward scan over the accumulated text: a
 /// byte mask for code, then one pass over the bytes counting characters.

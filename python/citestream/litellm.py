@@ -38,7 +38,7 @@ What runs where (every decision is made by the Rust crates, through
   by the core and returned as a new `ModelResponse` (a dict on
   `/v1/messages`).
 
-Config: the TOML file of `citestream serve` (SPEC section 12): `[search]`
+Config: the TOML file of `citestream serve` (docs/reference/config.md): `[search]`
 (static, searxng, perplexity, http, brave, tavily, exa, local), `[quota]`
 (memory, or redis with `redis_url`: the core's Redis store and scripts,
 shared with `citestream serve` replicas), `[plans.default]`, `[rewrite]`.

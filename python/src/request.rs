@@ -1,4 +1,4 @@
-//! The request side (SPEC section 3): `inspect`, `strip`, `inject`,
+//! The request side (docs/reference/request.md): `inspect`, `strip`, `inject`,
 //! `render_sources`, over [`citestream::request`].
 //!
 //! Bodies are bytes in and bytes out; the core splices them, so every byte

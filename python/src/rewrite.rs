@@ -19,7 +19,7 @@ use citestream::{Dialect, OffsetUnit, RewriteOptions, StreamRewriter};
 
 use crate::errors::{CitestreamError, SourcesError, bytes_arg};
 
-/// The numbered sources of one request (SPEC section 2), validated and with
+/// The numbered sources of one request (docs/reference/request.md, "Sources"), validated and with
 /// their output fragments serialized once.
 #[pyclass(module = "citestream._native", name = "Sources", frozen)]
 #[derive(Debug)]
@@ -57,7 +57,7 @@ impl PySources {
         self.inner.sources_json().to_owned()
     }
 
-    /// The top-level `citations` array (SPEC section 8), as JSON text, one
+    /// The top-level `citations` array (docs/reference/responses.md, "The citations array"), as JSON text, one
     /// entry per source.
     fn citations_json(&self) -> String {
         self.inner.citations_json(|_| true)
@@ -273,14 +273,14 @@ macro_rules! stream_class {
 }
 
 stream_class! {
-    /// Rewrites an OpenAI `/v1/chat/completions` SSE stream (SPEC section 6).
+    /// Rewrites an OpenAI `/v1/chat/completions` SSE stream (docs/reference/responses.md, "Chat completions").
     ChatRewriter(citestream::ChatStream);
     /// `ChatRewriter(sources, *, dialect="sources", offsets="chars", n=1,
     /// only_cited=False)`.
 }
 
 stream_class! {
-    /// Rewrites an Anthropic `/v1/messages` SSE stream (SPEC section 7).
+    /// Rewrites an Anthropic `/v1/messages` SSE stream (docs/reference/responses.md, "Messages").
     MessagesRewriter(citestream::MessagesStream);
     /// `MessagesRewriter(sources, *, dialect="sources", offsets="chars",
     /// n=1, only_cited=False)`. `n` is accepted for symmetry with the chat

@@ -5,7 +5,7 @@
 //! streaming and the whole-body rewriters both feed it the content of one
 //! chat choice and read back [`Marker`]s. It never keeps the content itself.
 //!
-//! # Rules (SPEC section 5)
+//! # Rules (docs/reference/responses.md, "Markers")
 //!
 //! * **Marker**: `[` + 1 to 4 decimal digits without a leading zero + `]`.
 //!   `[1][2]` is two markers; `[[2]]` contains the marker `[2]`; `[01]`,
@@ -26,7 +26,7 @@
 //!   Within a paragraph, a maximal run of k backticks opens a code span that
 //!   ends at the next run of exactly k backticks; if the paragraph has no
 //!   such run, the opener is literal text and scanning resumes right after
-//!   it. Backslashes do not escape backticks (the SPEC gives them no such
+//!   it. Backslashes do not escape backticks (the rules give them no such
 //!   role). A marker counts only outside fences and code spans.
 //! * **Offsets** are into the choice's whole decoded content, end exclusive,
 //!   in the tracker's [`OffsetUnit`].
@@ -118,7 +118,7 @@
 //! opener (amortized vector growth; a single undecided opener needs no
 //! allocation).
 //!
-//! # Decisions where the SPEC is silent
+//! # Decisions where the rules are silent
 //!
 //! * The backslash rule is literal: any backslash character right before a
 //!   `[` blocks it, even one that is itself escaped in Markdown terms
@@ -127,7 +127,7 @@
 //! * Backslashes do not escape backticks; only runs of backticks matter.
 //! * Indentation before a fence is spaces only: a tab makes the line an
 //!   ordinary line. A backtick fence's opening line may contain more
-//!   backticks (the SPEC says anything may follow).
+//!   backticks (the rules say anything may follow).
 //! * A fence opening line ends the paragraph before it even when an inline
 //!   code span is undecided there (block structure comes first, as in
 //!   CommonMark); the undecided opener is then literal.

@@ -1,4 +1,4 @@
-//! The daily per-account search quota (SPEC section 4).
+//! The daily per-account search quota (docs/reference/request.md, "Quota").
 //!
 //! Every account may run a number of searches per UTC day (its plan's
 //! limit). The protocol is reserve → search → commit or release:

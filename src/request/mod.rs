@@ -1,5 +1,5 @@
 //! The request side: the `web_search` switch, the search query, and putting
-//! the sources in front of the model (SPEC section 3).
+//! the sources in front of the model (docs/reference/request.md).
 //!
 //! Everything here is sans-IO: bytes of a request body in, bytes of the body
 //! to forward upstream out. Bodies are read with serde_json (a cold path) and
@@ -515,6 +515,25 @@ fn extract_query(endpoint: Endpoint, b: &[u8], ms: &[Field]) -> Option<SearchQue
         }
     }
     Some(SearchQuery { text, context })
+}
+
+/// The byte span of the value of the top-level member `name` of the JSON
+/// object `body` (the last one when the key repeats, as everywhere in the
+/// request side); `None` when `body` is not a valid JSON object or has no
+/// such member. Hosts use it to read and splice a forwarded body's `model`
+/// (routing, `upstream_model`) without re-serializing it.
+///
+/// ```
+/// let body = br#"{"model":"gpt-4o","messages":[]}"#;
+/// let span = citestream::request::member_span(body, "model").unwrap();
+/// assert_eq!(&body[span], br#""gpt-4o""#);
+/// assert!(citestream::request::member_span(b"[1]", "model").is_none());
+/// ```
+#[must_use]
+pub fn member_span(body: &[u8], name: &str) -> Option<Range<usize>> {
+    json::scan_value(body, json::skip_ws(body, 0), 0).ok()?;
+    let ms = json::members(body, json::skip_ws(body, 0))?;
+    json::find(body, &ms, name).map(Field::value)
 }
 
 #[cfg(test)]

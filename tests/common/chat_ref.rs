@@ -1,5 +1,5 @@
 //! A slow, deliberately plain reference for the response rewriters
-//! (SPEC sections 2, 5, 6, 7, 8, 9), written independently of
+//! (docs/reference/request.md, "Sources"; docs/reference/responses.md, "Markers", "Chat completions", "Messages", "The citations array", "Errors and bad input"), written independently of
 //! `citestream::{chat, messages, json}`, plus a structural checker that
 //! compares a real rewritten stream with what the reference expects.
 //!
@@ -339,7 +339,7 @@ impl RefOpts {
     }
 }
 
-/// The top-level `sources` value (SPEC section 6), built from the list.
+/// The top-level `sources` value (docs/reference/responses.md, "Chat completions"), built from the list.
 pub fn expected_sources(list: &[Source]) -> Value {
     Value::Array(
         list.iter()
@@ -349,7 +349,7 @@ pub fn expected_sources(list: &[Source]) -> Value {
     )
 }
 
-/// The top-level `citations` value (SPEC section 8).
+/// The top-level `citations` value (docs/reference/responses.md, "The citations array").
 pub fn expected_citations(list: &[Source], cited: Option<&[bool]>) -> Value {
     Value::Array(
         list.iter()

@@ -1,5 +1,5 @@
 //! A slow, deliberately plain reference for the citation marker rules
-//! (SPEC section 5), written independently of `citestream::cite`.
+//! (docs/reference/responses.md, "Markers"), written independently of `citestream::cite`.
 //!
 //! It works on whole contents: decode everything to a `Vec<char>`, split it
 //! into lines, classify lines into fenced blocks and paragraphs, resolve

@@ -1,4 +1,4 @@
-"""A broken processor follows Envoy's `failure_mode_allow` (SPEC 13,
+"""A broken processor follows Envoy's `failure_mode_allow` (docs/envoy.md,
 issue 11): the processor is killed (SIGKILL, by pid) while a stream is
 being relayed, or before a request arrives, in both body modes.
 

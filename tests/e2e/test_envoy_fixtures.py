@@ -1,5 +1,5 @@
 """`citestream ext-proc` behind a real Envoy on every recorded fixture
-(SPEC 13, issue 11 "Tests").
+(docs/envoy.md, issue 11 "Tests").
 
 One processor (static search over `checks.SOURCES`) and two Envoys started
 from the shipped `examples/envoy/envoy.yaml` (ports substituted), one per

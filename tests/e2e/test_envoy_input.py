@@ -1,5 +1,5 @@
 """Bad input, auth, other paths and compressed bodies through Envoy +
-`citestream ext-proc` (SPEC 9, 12 and 13).
+`citestream ext-proc` (docs/reference/responses.md, "Errors and bad input"; docs/gateway.md; docs/envoy.md).
 
 * A bad grounded request (not JSON, not an object, `web_search: "yes"`, no
   body) is answered by Envoy with our 400 in the endpoint's error shape; the

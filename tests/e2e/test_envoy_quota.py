@@ -1,5 +1,5 @@
 """Daily search quota shared by two `citestream ext-proc` instances on one
-real redis-server (SPEC 4 and 13).
+real redis-server (docs/reference/request.md, "Quota"; docs/envoy.md).
 
 Two Envoys (one per body mode), each with its own processor; both
 processors on the same Redis store, a plan of 12 searches a day. 30

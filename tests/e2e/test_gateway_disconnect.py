@@ -1,4 +1,4 @@
-"""A client that hangs up cancels everything at once (SPEC 12).
+"""A client that hangs up cancels everything at once (docs/gateway.md).
 
 For each phase the client closes its connection at a chosen moment, and the
 component behind the gateway observes the cancelled connection:
@@ -12,7 +12,7 @@ component behind the gateway observes the cancelled connection:
 * mid-stream (the replay upstream writes slowly): the replay upstream sees
   the connection closed before the end of the body.
 In the last two phases the search had finished with results, so it counts
-(SPEC 4: a search that found results uses one), exactly once.
+(docs/reference/request.md, "Quota": a search that found results uses one), exactly once.
 After each, the gateway keeps serving.
 """
 

@@ -1,4 +1,4 @@
-"""`citestream serve` on every recorded fixture (SPEC 12, issue 10 "Tests").
+"""`citestream serve` on every recorded fixture (docs/gateway.md, issue 10 "Tests").
 
 One gateway (static search over `checks.SOURCES`, upstream = the replay
 server) for the module. For each fixture in tests/fixtures/upstream/,

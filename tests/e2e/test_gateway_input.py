@@ -1,4 +1,4 @@
-"""Bad input and auth through `citestream serve` (SPEC 9 and 12).
+"""Bad input and auth through `citestream serve` (docs/reference/responses.md, "Errors and bad input"; docs/gateway.md).
 
 Each bad request gets a clear 4xx in the endpoint's error shape, the
 upstream is not called, and the gateway goes on serving the next good

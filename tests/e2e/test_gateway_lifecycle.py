@@ -1,7 +1,7 @@
 """`citestream serve` as a process: embedded defaults, drain on SIGTERM,
 upstream failures, compressed upstream bodies, the Lisbon example through
 the SDK, the operational endpoints, h2c, the CITESTREAM_* and ${VAR} config
-rules and start-up errors (SPEC 12)."""
+rules and start-up errors (docs/gateway.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Daily search quota through `citestream serve` (SPEC 4 and 12).
+"""Daily search quota through `citestream serve` (docs/reference/request.md, "Quota"; docs/gateway.md).
 
 * A plan of 3 searches/day: the 4th grounded request is a 200 without sources
   and `x-citestream-search: quota-exhausted`; the upstream got the request
@@ -114,3 +114,24 @@ def test_two_replicas_share_the_count_under_50_concurrent_requests(serve, replay
     assert keys, "nothing stored in redis"
     for key in keys:
         assert 0 < r.ttl(key) <= 2 * 86400, (key, r.ttl(key))
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_failed_upstream_answers_cost_no_search(serve, replay, sources_path, request, store):
+    """An upstream error status (500, 502, 429) or an unreachable upstream
+    gives the reserved search back; a 200 uses it."""
+    quota = {"store": "memory"}
+    if store == "redis":
+        quota = {"store": "redis", "redis_url": request.getfixturevalue("redis_server").url}
+    gw = serve(config(replay, sources_path, 3, **quota))
+    for status in (500, 502, 429):
+        got, headers, _ = grounded(gw, model=f"replay:{FIXTURE}?status={status}")
+        assert got == status and headers["x-citestream-search"] == "injected"
+        assert headers["x-citestream-searches-remaining"] == "3", (status, headers)
+    got, headers, _ = grounded(gw)
+    assert got == 200 and headers["x-citestream-searches-remaining"] == "2"
+    down = serve({**config(replay, sources_path, 3, **quota),
+                  "upstream": {"base_url": "http://127.0.0.1:9", "connect_timeout": "2s"}})
+    got, headers, data = grounded(down)
+    assert got == 502 and "127.0.0.1:9" not in data.decode(), data
+    assert headers["x-citestream-searches-remaining"] == ("2" if store == "redis" else "3")

@@ -1,4 +1,4 @@
-//! `citestream events` (SPEC section 11): one JSON line per dispatched
+//! `citestream events` (docs/reference/cli.md): one JSON line per dispatched
 //! event, the same at every `--chunk-size`, from a FILE or standard input;
 //! exit status 2 and a one-line message for bad usage.
 //!
@@ -52,8 +52,8 @@ fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
 }
 
 /// Parses the output: every line a JSON object with exactly the string
-/// members `type`, `data` and `id`, in that order and in the SPEC's
-/// `{"type": …, "data": …, "id": …}` layout.
+/// members `type`, `data` and `id`, in that order and in the documented
+/// `{"type": …, "data": …, "id": …}` layout (docs/reference/cli.md).
 fn parse_output(out: &Output) -> Vec<RefEvent> {
     assert!(
         out.status.success(),

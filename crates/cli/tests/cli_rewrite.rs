@@ -1,4 +1,4 @@
-//! `citestream rewrite` as other tools drive it (SPEC section 11): output,
+//! `citestream rewrite` as other tools drive it (docs/reference/cli.md): output,
 //! chunking invariance, body detection, and exit codes.
 
 use std::io::Write;

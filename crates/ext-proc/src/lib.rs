@@ -1,4 +1,4 @@
-//! `citestream ext-proc` (SPEC section 13): the web-search grounding system
+//! `citestream ext-proc` (docs/envoy.md): the web-search grounding system
 //! of `citestream serve` as an Envoy external processor, so any
 //! Envoy-based gateway gets it by adding one HTTP filter.
 //!

@@ -1,4 +1,4 @@
-//! `citestream serve` (SPEC section 12): the whole web-search system as one
+//! `citestream serve` (docs/gateway.md): the whole web-search system as one
 //! process in front of any OpenAI-/Anthropic-compatible model server, and
 //! the built-in demo upstream model.
 //!
@@ -68,7 +68,8 @@ pub struct Gateway {
 
 /// The state of `cfg` on `grounding` (the one place a [`State`] is made).
 fn state(cfg: &Config, grounding: Grounding) -> Result<State, ConfigError> {
-    let upstream = Upstream::new(&cfg.upstream).map_err(|m| ConfigError::new("upstream", m))?;
+    let upstream = Upstream::new(cfg, grounding.metrics().clone(), grounding.tls())
+        .map_err(|m| ConfigError::new("upstream", m))?;
     Ok(State {
         grounding: Arc::new(grounding),
         upstream,

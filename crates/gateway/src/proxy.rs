@@ -35,7 +35,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::body::{AnyBody, Exchanged, full};
-use crate::upstream::{Upstream, UpstreamFailure, json_response};
+use crate::upstream::{OutBody, Upstream, UpstreamFailure, json_response};
 
 /// What every request shares.
 #[derive(Debug)]
@@ -88,15 +88,15 @@ pub(crate) async fn handle(
     };
     let mut headers = forward_headers(ex.request_headers());
     let up_body = match (fwd.body, body) {
-        (Some(b), _) => full(b),
+        (Some(b), _) => OutBody::Whole(b),
         (None, Some(b)) => {
             // Proxied: the client's body streams through with its length.
             if let Some(cl) = ex.request_headers().get(header::CONTENT_LENGTH) {
                 headers.insert(header::CONTENT_LENGTH, cl.clone());
             }
-            b.map_err(Into::into).boxed()
+            OutBody::Streamed(b.map_err(Into::into).boxed())
         }
-        (None, None) => full(Bytes::new()),
+        (None, None) => OutBody::Whole(Bytes::new()),
     };
     fwd.edits.apply(&mut headers);
     let mut up = Request::new(up_body);

@@ -1,42 +1,81 @@
 //! The model server the gateway forwards to: an HTTP(S) upstream through a
-//! pooled client (hyper-util's, rustls with the ring provider and Mozilla's
-//! roots; HTTP/2 over TLS by ALPN), or the built-in demo model when
+//! pooled client (hyper-util's, rustls with the ring provider and the trust
+//! of [`citestream_host::tls`]; HTTP/2 over TLS by ALPN; through the
+//! environment's proxy, [`tunnel`]), or the built-in demo model when
 //! `upstream.base_url` is `""`.
 //!
 //! Contract:
-//! * `/v1/messages` and the paths under it go to `messages_base_url` when
-//!   set, everything else to `base_url`. The request's path and query are
-//!   appended to the base URL's path; a base ending in `/v1` does not
-//!   double it (`https://api.openai.com/v1` + `/v1/models` →
+//! * Where a request goes: [`route`] (`[[routes]]` by the body's `model`,
+//!   round robin over a route's `base_urls`; else `[upstream]`, whose
+//!   `messages_base_url` takes `/v1/messages`). The request's path and
+//!   query are appended to the base URL's path; a base ending in `/v1` does
+//!   not double it (`https://api.openai.com/v1` + `/v1/models` →
 //!   `https://api.openai.com/v1/models`).
 //! * Hop-by-hop headers are not forwarded (either way); `host` is the
 //!   upstream's. Credentials are the request's exchange's decision
-//!   (`citestream_host::exchange`): the headers arrive here as they go.
+//!   (`citestream_host::exchange`: the client's key removed in `keys` mode,
+//!   `upstream.api_key` set); a route with its own `api_key` then replaces
+//!   the `authorization` and `x-api-key` headers with it ([`set_key`]: `Authorization: Bearer` on OpenAI-shaped
+//!   paths, `x-api-key` on `/v1/messages`).
+//! * Sent again, without anything reaching the client and without the
+//!   search or quota being touched (they happened before), when the body
+//!   is whole ([`OutBody::Whole`], or an empty streamed one):
+//!   - once, on a connection of its own, when a reused pooled connection
+//!     failed before any response byte ([`conn::is_stale`]: the keep-alive
+//!     race); this does not count against `upstream.retries`;
+//!   - up to `upstream.retries` times, to the route's next endpoint, after a
+//!     connect error or a 429/502/503/504 answer, waiting an exponential
+//!     backoff with jitter (none before another endpoint after a connect
+//!     error), or the answer's `retry-after` in seconds when it says so —
+//!     one above [`RETRY_AFTER_CAP`] is not waited for: that answer goes to
+//!     the client.
+//!
+//!   Each is counted in `citestream_upstream_retries_total{reason}`.
 //! * No response headers within `headers_timeout` (or no connection within
 //!   `connect_timeout`): [`UpstreamFailure::Timeout`] (a 504); refused or
 //!   broken before the headers: [`UpstreamFailure::Unreachable`] (a 502).
+//! * A response body that sends nothing for `upstream.idle_timeout` is cut
+//!   ([`idle`]).
 //! * Dropping the future returned by [`Upstream::send`] or the response
 //!   body cancels the upstream request (its connection is closed).
 
+mod conn;
+mod idle;
+mod route;
+mod tunnel;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use citestream::request::Endpoint;
-use citestream_host::config::UpstreamConfig;
+use citestream_host::config::Config;
 use citestream_host::errors::ErrorShape;
-use http::header::{self, HeaderValue};
-use http::{Request, Response, Uri};
+use citestream_host::metrics::{Metrics, UpstreamRetry};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Request, Response, StatusCode, Uri};
+use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::body::{AnyBody, Paced, full};
 use crate::demo;
+use conn::{Clients, PoolSettings};
+use route::Routes;
+use tunnel::{ProxyEnv, Tunnel};
 
 /// How long the demo model waits between two streamed events.
 const DEMO_PACE: Duration = Duration::from_millis(20);
+
+/// The longest `retry-after` the gateway waits before a retry; a longer one
+/// goes to the client.
+pub(crate) const RETRY_AFTER_CAP: Duration = Duration::from_secs(10);
+
+/// The first backoff (doubled on each further retry, up to
+/// [`BACKOFF_MAX`]; with jitter: between half of it and all of it).
+const BACKOFF_BASE: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// Why there is no upstream response.
 #[derive(Debug)]
@@ -47,9 +86,18 @@ pub(crate) enum UpstreamFailure {
     Timeout(String),
 }
 
+/// A request body for the upstream.
+#[derive(Debug)]
+pub(crate) enum OutBody {
+    /// All of it (a grounded request's body): can be sent again.
+    Whole(Bytes),
+    /// Streamed from the client (pass-through): sent once, unless empty.
+    Streamed(AnyBody),
+}
+
 /// A base URL split into its parts.
 #[derive(Clone, Debug)]
-struct Base {
+pub(crate) struct Base {
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
     /// The path without a trailing `/` (`""` for the root).
@@ -99,46 +147,58 @@ pub(crate) enum Upstream {
     Http(Box<HttpUpstream>),
 }
 
-/// A model server reached over HTTP(S).
+/// Model servers reached over HTTP(S).
 #[derive(Debug)]
 pub(crate) struct HttpUpstream {
-    client: Client<HttpsConnector<HttpConnector>, AnyBody>,
-    base: Base,
-    messages_base: Option<Base>,
+    clients: Clients<HttpsConnector<Tunnel>>,
+    routes: Routes,
     headers_timeout: Duration,
+    idle_timeout: Duration,
+    retries: u32,
+    metrics: Arc<Metrics>,
 }
 
 impl Upstream {
     /// The upstream of `cfg` (the URLs were validated with the config).
-    pub(crate) fn new(cfg: &UpstreamConfig) -> Result<Upstream, String> {
-        if cfg.base_url.is_empty() {
+    pub(crate) fn new(
+        cfg: &Config,
+        metrics: Arc<Metrics>,
+        tls: &rustls::ClientConfig,
+    ) -> Result<Upstream, String> {
+        let up = &cfg.upstream;
+        if up.base_url.is_empty() {
             return Ok(Upstream::Demo);
         }
-        let base = Base::parse(&cfg.base_url).ok_or("upstream.base_url: invalid URL")?;
-        let messages_base = match cfg.messages_base_url.as_str() {
-            "" => None,
-            u => Some(Base::parse(u).ok_or("upstream.messages_base_url: invalid URL")?),
-        };
+        let routes = Routes::new(cfg)?;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(cfg.connect_timeout));
+        http.set_connect_timeout(Some(up.connect_timeout));
+        let proxies = ProxyEnv::from_env()?;
+        if !proxies.is_empty() {
+            tracing::info!(
+                "upstream connections go through the proxy of HTTPS_PROXY/HTTP_PROXY (NO_PROXY exempts)"
+            );
+        }
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-            .map_err(|e| format!("upstream: TLS setup: {e}"))?
+            .with_tls_config(tls.clone())
             .https_or_http()
             .enable_all_versions()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(https);
+            .wrap_connector(Tunnel::new(http, proxies));
+        let clients = Clients::new(
+            https,
+            PoolSettings {
+                idle_timeout: up.pool_idle_timeout,
+                max_idle_per_host: up.pool_max_idle_per_host,
+            },
+        );
         Ok(Upstream::Http(Box::new(HttpUpstream {
-            client,
-            base,
-            messages_base,
-            headers_timeout: cfg.headers_timeout,
+            clients,
+            routes,
+            headers_timeout: up.headers_timeout,
+            idle_timeout: up.idle_timeout,
+            retries: up.retries,
+            metrics,
         })))
     }
 
@@ -146,7 +206,10 @@ impl Upstream {
     pub(crate) fn describe(&self) -> String {
         match self {
             Upstream::Demo => "demo (built-in model)".to_owned(),
-            Upstream::Http(h) => format!("{}://{}{}", h.base.scheme, h.base.authority, h.base.path),
+            Upstream::Http(h) => {
+                let b = h.routes.default_target().base(ErrorShape::OpenAi, 0);
+                format!("{}://{}{}", b.scheme, b.authority, b.path)
+            }
         }
     }
 
@@ -155,7 +218,7 @@ impl Upstream {
     pub(crate) async fn send(
         &self,
         endpoint: Option<Endpoint>,
-        req: Request<AnyBody>,
+        req: Request<OutBody>,
     ) -> Result<Response<AnyBody>, UpstreamFailure> {
         match self {
             Upstream::Demo => Ok(demo_send(endpoint, req).await),
@@ -164,43 +227,201 @@ impl Upstream {
     }
 }
 
+/// The body of each attempt.
+enum Payload {
+    Again(Bytes),
+    Once(Option<AnyBody>),
+}
+
+impl Payload {
+    fn take(&mut self) -> Option<AnyBody> {
+        match self {
+            Payload::Again(b) => Some(full(b.clone())),
+            Payload::Once(b) => b.take(),
+        }
+    }
+
+    fn again(&self) -> bool {
+        matches!(self, Payload::Again(_))
+    }
+}
+
 impl HttpUpstream {
-    async fn send(&self, req: Request<AnyBody>) -> Result<Response<AnyBody>, UpstreamFailure> {
-        let (mut parts, body) = req.into_parts();
+    async fn send(&self, req: Request<OutBody>) -> Result<Response<AnyBody>, UpstreamFailure> {
+        let (parts, body) = req.into_parts();
         let pq = parts
             .uri
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_owned();
         let shape = ErrorShape::for_path(parts.uri.path());
-        let base = match (shape, &self.messages_base) {
-            (ErrorShape::Anthropic, Some(m)) => m,
-            _ => &self.base,
+        let (target, mut payload) = match body {
+            OutBody::Whole(b) => {
+                let (t, b) = self.routes.pick(&b);
+                (t, Payload::Again(b))
+            }
+            OutBody::Streamed(b) if b.is_end_stream() => {
+                (self.routes.default_target(), Payload::Again(Bytes::new()))
+            }
+            OutBody::Streamed(b) => (self.routes.default_target(), Payload::Once(Some(b))),
         };
-        parts.uri = base
-            .join(&pq)
-            .map_err(|e| UpstreamFailure::Unreachable(format!("bad upstream URL: {e}")))?;
-        parts.headers.remove(header::HOST);
-        let fut = self.client.request(Request::from_parts(parts, body));
-        match tokio::time::timeout(self.headers_timeout, fut).await {
-            Err(_) => Err(UpstreamFailure::Timeout(format!(
-                "no response headers within {:?}",
-                self.headers_timeout
-            ))),
-            Ok(Err(e)) => Err(classify(&e)),
-            Ok(Ok(resp)) => Ok(resp.map(|b| b.map_err(Into::into).boxed())),
+        let mut headers = parts.headers;
+        headers.remove(header::HOST);
+        if let Payload::Again(b) = &payload {
+            // A whole body's length is its own (a route's `upstream_model`
+            // may have changed it).
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(b.len()));
+        }
+        if let Some(key) = &target.api_key {
+            set_key(&mut headers, shape, key);
+        }
+        let mut at = target.first();
+        let mut retries = self.retries;
+        let mut stale_retry = true;
+        let mut fresh = false;
+        let mut attempt = 0u32;
+        loop {
+            let uri = target
+                .base(shape, at)
+                .join(&pq)
+                .map_err(|e| UpstreamFailure::Unreachable(format!("bad upstream URL: {e}")))?;
+            let Some(body) = payload.take() else {
+                return Err(UpstreamFailure::Unreachable(
+                    "request body already sent".into(),
+                ));
+            };
+            let mut r = Request::new(body);
+            *r.method_mut() = parts.method.clone();
+            *r.uri_mut() = uri;
+            *r.headers_mut() = headers.clone();
+            let sent = std::time::Instant::now();
+            let client = if fresh {
+                self.clients.fresh()
+            } else {
+                self.clients.pooled()
+            };
+            fresh = false;
+            let res = match tokio::time::timeout(self.headers_timeout, client.request(r)).await {
+                Err(_) => {
+                    return Err(UpstreamFailure::Timeout(format!(
+                        "no response headers within {:?}",
+                        self.headers_timeout
+                    )));
+                }
+                Ok(res) => res,
+            };
+            let can_retry = retries > 0 && payload.again();
+            match res {
+                Ok(resp) => {
+                    let wait = (can_retry && retryable_status(resp.status()))
+                        .then(|| wait_before_retry(attempt, resp.headers()))
+                        .flatten();
+                    let Some(wait) = wait else {
+                        return Ok(self.respond(resp));
+                    };
+                    drop(resp);
+                    self.metrics.upstream_retry(UpstreamRetry::Status);
+                    retries -= 1;
+                    attempt += 1;
+                    at += 1;
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) if stale_retry && payload.again() && conn::is_stale(&e, sent) => {
+                    tracing::debug!(error = %chain(&e), "reused upstream connection failed; sending again");
+                    self.metrics.upstream_retry(UpstreamRetry::StaleConnection);
+                    stale_retry = false;
+                    fresh = true;
+                }
+                Err(e) if can_retry && e.is_connect() => {
+                    tracing::debug!(error = %chain(&e), "upstream connect failed; trying again");
+                    self.metrics.upstream_retry(UpstreamRetry::Connect);
+                    retries -= 1;
+                    attempt += 1;
+                    at += 1;
+                    if target.endpoints(shape) == 1 {
+                        tokio::time::sleep(backoff(attempt - 1)).await;
+                    }
+                }
+                Err(e) => return Err(classify(&e)),
+            }
         }
     }
+
+    fn respond(&self, resp: Response<hyper::body::Incoming>) -> Response<AnyBody> {
+        let limit = self.idle_timeout;
+        resp.map(|b| {
+            let b: AnyBody = b.map_err(Into::into).boxed();
+            if limit.is_zero() {
+                b
+            } else {
+                idle::Idle::new(b, limit).boxed()
+            }
+        })
+    }
+}
+
+/// 429, 502, 503, 504: worth another try.
+fn retryable_status(s: StatusCode) -> bool {
+    matches!(s.as_u16(), 429 | 502 | 503 | 504)
+}
+
+/// How long to wait before retry number `attempt` (0-based) after an
+/// answer with these headers; `None`: do not retry (its `retry-after` is
+/// above [`RETRY_AFTER_CAP`]).
+fn wait_before_retry(attempt: u32, h: &HeaderMap) -> Option<Duration> {
+    let after = h
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    match after {
+        Some(d) if d > RETRY_AFTER_CAP => None,
+        Some(d) => Some(d),
+        None => Some(backoff(attempt)),
+    }
+}
+
+/// Exponential backoff with jitter: between half and all of
+/// `BACKOFF_BASE * 2^attempt` (at most [`BACKOFF_MAX`]).
+fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let full = BACKOFF_BASE
+        .saturating_mul(1u32 << attempt.min(16))
+        .min(BACKOFF_MAX);
+    let mut h = std::hash::RandomState::new().build_hasher();
+    h.write_u32(attempt);
+    // A fraction in [0.5, 1).
+    let f = 0.5 + (h.finish() >> 11) as f64 / (1u64 << 53) as f64 / 2.0;
+    full.mul_f64(f)
+}
+
+/// An error and its sources, `: `-separated.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
+}
+
+/// Replaces the client's credentials with the route's key, through the
+/// exchange's one rule for the upstream key header
+/// ([`citestream_host::exchange::upstream_key`]).
+pub(crate) fn set_key(h: &mut HeaderMap, shape: ErrorShape, key: &str) {
+    let mut edits = citestream_host::exchange::HeaderEdits::default();
+    citestream_host::exchange::upstream_key(&mut edits, shape, key);
+    edits.apply(h);
 }
 
 /// Connect timeouts are 504s, every other failure before the headers a 502.
 fn classify(e: &hyper_util::client::legacy::Error) -> UpstreamFailure {
-    let mut msg = e.to_string();
+    let msg = chain(e);
     let mut timed_out = false;
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
             timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
         }
@@ -214,16 +435,16 @@ fn classify(e: &hyper_util::client::legacy::Error) -> UpstreamFailure {
 }
 
 /// The demo model's answer as an upstream response.
-async fn demo_send(endpoint: Option<Endpoint>, req: Request<AnyBody>) -> Response<AnyBody> {
+async fn demo_send(endpoint: Option<Endpoint>, req: Request<OutBody>) -> Response<AnyBody> {
     let path = req.uri().path().to_owned();
     let Some(endpoint) = endpoint else {
         let shape = ErrorShape::for_path(&path);
         let e = citestream_host::errors::ErrorReply::not_found(shape, req.method().as_str(), &path);
         return json_response(e.status(), e.into_body());
     };
-    let body = match req.into_body().collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(_) => Bytes::new(),
+    let body = match req.into_body() {
+        OutBody::Whole(b) => b,
+        OutBody::Streamed(b) => b.collect().await.map(|c| c.to_bytes()).unwrap_or_default(),
     };
     let r = demo::respond(endpoint, &body);
     let body = match r.body {

@@ -1,5 +1,5 @@
-//! Accounts, plans and API keys (SPEC section 12, `[auth]`, `[plans]`,
-//! `[[accounts]]`).
+//! Accounts, plans and API keys: `[auth]`, `[plans]` and `[[accounts]]`
+//! (docs/reference/config.md).
 //!
 //! Contract:
 //! * `auth.mode = "open"`: every request is the account `anonymous` on the

@@ -1,5 +1,5 @@
-//! The config file of `citestream serve` and `citestream ext-proc` (SPEC
-//! section 12), shared by every host.
+//! The config file of `citestream serve` and `citestream ext-proc` (docs/reference/config.md),
+//! shared by every host.
 //!
 //! Contract:
 //! * The file is TOML; every key is optional ([`Config::default`] is the
@@ -64,6 +64,11 @@ pub struct Config {
     pub server: ServerConfig,
     /// `[upstream]` (not used by `ext-proc`: Envoy routes the request).
     pub upstream: UpstreamConfig,
+    /// `[[routes]]`: upstreams by the request's `model`, first match wins.
+    pub routes: Vec<RouteConfig>,
+    /// `[tls]`: trust and client certificate of every outgoing HTTPS
+    /// connection.
+    pub tls: TlsConfig,
     /// `[search]` and its provider tables.
     pub search: SearchConfig,
     /// `[rewrite]`.
@@ -98,8 +103,8 @@ pub struct ServerConfig {
     /// Largest request body; larger is a 413. Default 32 MiB.
     pub max_request_body: ByteSize,
     /// How long a client may take to send a request's headers (slow
-    /// clients are disconnected). Default 10 s. Not in SPEC 12's sample:
-    /// an addition of this implementation.
+    /// clients are disconnected). Default 10 s (docs/reference/config.md,
+    /// "`[server]`").
     #[serde(with = "units::duration")]
     pub header_read_timeout: Duration,
 }
@@ -138,6 +143,21 @@ pub struct UpstreamConfig {
     /// `keys` mode: send the client's `authorization` / `x-api-key`
     /// upstream (default false: they are removed).
     pub forward_client_auth: bool,
+    /// A started response body that sends nothing this long is cut (the
+    /// client sees a broken stream). Default 120 s.
+    #[serde(with = "units::duration")]
+    pub idle_timeout: Duration,
+    /// How many more times a request is sent after a connect error or a
+    /// 429/502/503/504 before the client got anything. Default 1.
+    pub retries: u32,
+    /// How long an idle pooled upstream connection is kept. Default 4 s:
+    /// below the 5 s keep-alive of uvicorn (vLLM, SGLang and most Python
+    /// model servers), so the gateway drops an idle connection before the
+    /// server closes it under a request.
+    #[serde(with = "units::duration")]
+    pub pool_idle_timeout: Duration,
+    /// Most idle connections kept per upstream host. Default 64.
+    pub pool_max_idle_per_host: usize,
 }
 
 impl Default for UpstreamConfig {
@@ -149,8 +169,55 @@ impl Default for UpstreamConfig {
             connect_timeout: Duration::from_secs(5),
             headers_timeout: Duration::from_secs(120),
             forward_client_auth: false,
+            idle_timeout: Duration::from_secs(120),
+            retries: 1,
+            pool_idle_timeout: Duration::from_secs(4),
+            pool_max_idle_per_host: 64,
         }
     }
+}
+
+/// One `[[routes]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct RouteConfig {
+    /// An exact model name, or a prefix ending in `*`.
+    pub model: String,
+    /// The endpoints, tried round robin (the next one on a connect error).
+    pub base_urls: Vec<String>,
+    /// When set, sent upstream instead of `upstream.api_key` or the
+    /// client's key.
+    #[serde(default)]
+    pub api_key: String,
+    /// When set, the `model` member of the forwarded body becomes this.
+    #[serde(default)]
+    pub upstream_model: String,
+}
+
+impl RouteConfig {
+    /// Whether the request's `model` matches this route (exact, or the
+    /// prefix before a trailing `*`).
+    #[must_use]
+    pub fn matches(&self, model: &str) -> bool {
+        match self.model.strip_suffix('*') {
+            Some(prefix) => model.starts_with(prefix),
+            None => model == self.model,
+        }
+    }
+}
+
+/// `[tls]`. Paths resolve against the config file's folder.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct TlsConfig {
+    /// PEM roots trusted besides the platform's and the bundled ones.
+    pub ca_file: String,
+    /// PEM client certificate chain, for upstreams that require mTLS.
+    pub client_cert: String,
+    /// PEM private key of `client_cert`.
+    pub client_key: String,
 }
 
 /// `rewrite.dialect`.
@@ -254,7 +321,8 @@ pub enum StoreName {
     /// In-process.
     #[default]
     Memory,
-    /// Redis at `quota.redis_url`.
+    /// Redis at `quota.redis_url`, or the Redis Cluster of
+    /// `quota.redis_cluster`.
     Redis,
 }
 
@@ -265,8 +333,10 @@ pub enum StoreName {
 pub struct QuotaConfig {
     /// `memory | redis`.
     pub store: StoreName,
-    /// `redis://host:port/db`, required with `store = "redis"`.
+    /// `redis://host:port/db`: one Redis (or Valkey) for `store = "redis"`.
     pub redis_url: String,
+    /// Or the seed nodes of a Redis Cluster, `["redis://h1:7000", ...]`.
+    pub redis_cluster: Vec<String>,
 }
 
 /// `auth.mode`.
@@ -398,23 +468,27 @@ impl Config {
             None => String::new(),
         };
         let mut cfg = Config::from_toml_with_env(&text, &env)?;
-        if let Some(p) = path {
-            let folder = p.parent().unwrap_or(Path::new(""));
-            let folder = std::path::absolute(folder).unwrap_or_else(|_| folder.to_path_buf());
-            cfg.resolve_paths(&folder);
+        if let Some(dir) = path.and_then(Path::parent) {
+            cfg.resolve_paths(dir);
         }
         Ok(cfg)
     }
 
-    /// Makes every relative path of the config (`search.local.path`,
-    /// `search.static.path`) relative to `folder` (the config file's);
-    /// absolute paths and `""` (the bundled corpus) are kept.
-    pub fn resolve_paths(&mut self, folder: &Path) {
-        for slot in [&mut self.search.local.path, &mut self.search.r#static.path] {
-            if !slot.is_empty() && Path::new(slot.as_str()).is_relative() {
-                *slot = folder.join(slot.as_str()).to_string_lossy().into_owned();
+    /// Makes the relative paths of the config (`tls.ca_file`,
+    /// `tls.client_cert`, `tls.client_key`, `search.local.path`,
+    /// `search.static.path`) relative to `dir`, the config file's folder;
+    /// absolute and empty paths stay as they are.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        let resolve = |p: &mut String| {
+            if !p.is_empty() && Path::new(p.as_str()).is_relative() {
+                *p = dir.join(p.as_str()).to_string_lossy().into_owned();
             }
-        }
+        };
+        resolve(&mut self.tls.ca_file);
+        resolve(&mut self.tls.client_cert);
+        resolve(&mut self.tls.client_key);
+        resolve(&mut self.search.local.path);
+        resolve(&mut self.search.r#static.path);
     }
 
     /// Parses `text` with `${VAR}` and the `CITESTREAM_*` overrides taken
@@ -475,17 +549,59 @@ impl Config {
             .map_err(|m| ConfigError::new("upstream.base_url", m))?;
         check_base_url(&self.upstream.messages_base_url)
             .map_err(|m| ConfigError::new("upstream.messages_base_url", m))?;
+        for (i, r) in self.routes.iter().enumerate() {
+            let key = |k: &str| format!("routes[{i}].{k}");
+            if r.model.is_empty() || r.model.strip_suffix('*').is_some_and(|p| p.contains('*')) {
+                return Err(ConfigError::new(
+                    key("model"),
+                    "an exact model name, or a prefix ending in *",
+                ));
+            }
+            if r.base_urls.is_empty() {
+                return Err(ConfigError::new(key("base_urls"), "at least one URL"));
+            }
+            for (j, u) in r.base_urls.iter().enumerate() {
+                if u.is_empty() {
+                    return Err(ConfigError::new(
+                        format!("{}[{j}]", key("base_urls")),
+                        "empty URL",
+                    ));
+                }
+                check_base_url(u)
+                    .map_err(|m| ConfigError::new(format!("{}[{j}]", key("base_urls")), m))?;
+            }
+        }
+        if self.tls.client_cert.is_empty() != self.tls.client_key.is_empty() {
+            return Err(ConfigError::new(
+                "tls.client_key",
+                "tls.client_cert and tls.client_key go together",
+            ));
+        }
         if self.server.max_request_body.0 == 0 {
             return Err(ConfigError::new(
                 "server.max_request_body",
                 "must be above 0",
             ));
         }
-        if self.quota.store == StoreName::Redis && self.quota.redis_url.is_empty() {
-            return Err(ConfigError::new(
-                "quota.redis_url",
-                "required when quota.store is \"redis\" (or set CITESTREAM_REDIS_URL)",
-            ));
+        if self.quota.store == StoreName::Redis {
+            match (
+                self.quota.redis_url.is_empty(),
+                self.quota.redis_cluster.is_empty(),
+            ) {
+                (true, true) => {
+                    return Err(ConfigError::new(
+                        "quota.redis_url",
+                        "required when quota.store is \"redis\" (or set CITESTREAM_REDIS_URL, or quota.redis_cluster)",
+                    ));
+                }
+                (false, false) => {
+                    return Err(ConfigError::new(
+                        "quota.redis_cluster",
+                        "set quota.redis_url (one Redis) or quota.redis_cluster (a Cluster), not both",
+                    ));
+                }
+                _ => {}
+            }
         }
         if let Some(p) = self.inject_options().template.unknown_placeholder() {
             let known: Vec<String> = PLACEHOLDERS.iter().map(|n| format!("{{{n}}}")).collect();

@@ -1,5 +1,5 @@
 //! Error bodies the hosts answer themselves, in the endpoint's normal error
-//! shape (SPEC sections 3, 9 and 12).
+//! shape (docs/reference/responses.md, "Errors the hosts answer themselves").
 //!
 //! Two shapes:
 //! * OpenAI (`/v1/chat/completions` and every other path):

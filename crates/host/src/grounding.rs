@@ -16,7 +16,7 @@
 //!   upstream answers 2xx, release it otherwise; dropping it releases it.
 //! * A search failure, an empty result, a used-up quota or an unreachable
 //!   quota store never fail the request: it goes upstream without sources
-//!   (SPEC section 9).
+//!   (docs/reference/responses.md, "Errors and bad input").
 //! * Dropping the future returned by `prepare` (the client went away)
 //!   cancels the search and releases an unfinished reservation at once,
 //!   in the Redis store too (see [`crate::store`]).
@@ -52,12 +52,14 @@ pub struct Grounding {
     accounts: Accounts,
     store: Store,
     search: Search,
+    cache: crate::cache::SearchCache,
     inject: InjectOptions,
     rewrite: RewriteOptions,
     metrics: Arc<Metrics>,
     clock: SharedClock,
     limits: Limits,
     keys: KeyRules,
+    tls: Arc<rustls::ClientConfig>,
 }
 
 /// The size limits of `[server]` and `[rewrite]`.
@@ -142,6 +144,8 @@ pub struct Grounded {
     /// The account's searches left today, when a search was asked for and
     /// the quota store could be asked.
     pub remaining: Option<u32>,
+    /// Whether the search came from the search cache (the log's `cache`).
+    pub cache: crate::cache::CacheResult,
     /// The account id (for logs).
     pub account: String,
     /// The request asked for a streamed response.
@@ -192,8 +196,11 @@ impl Grounding {
         let clock = SharedClock(clock);
         let accounts = Accounts::from_config(cfg)?;
         let store = Store::from_config(cfg, clock.clone())?;
+        let cache = crate::cache::SearchCache::from_config(cfg, &store)?;
         // The setup error's message names the key itself.
-        let search = Search::new(&cfg.search).map_err(|e| ConfigError::new("", e.to_string()))?;
+        let tls = crate::tls::client_config(&cfg.tls)?;
+        let search = Search::with_tls(&cfg.search, Some(&tls))
+            .map_err(|e| ConfigError::new("", e.to_string()))?;
         let keys = KeyRules {
             api_key: (!cfg.upstream.api_key.is_empty()).then(|| cfg.upstream.api_key.clone()),
             strip_client: cfg.auth.mode == AuthMode::Keys && !cfg.upstream.forward_client_auth,
@@ -205,6 +212,7 @@ impl Grounding {
             accounts,
             store,
             search,
+            cache,
             inject: cfg.inject_options(),
             rewrite: cfg.rewrite_options(),
             metrics: Arc::new(Metrics::new()),
@@ -214,6 +222,7 @@ impl Grounding {
                 max_whole_body: usize::try_from(cfg.rewrite.max_whole_body.0).unwrap_or(usize::MAX),
             },
             keys,
+            tls,
         })
     }
 
@@ -233,6 +242,13 @@ impl Grounding {
             g.store = self.store.clone();
         }
         Ok(g)
+    }
+
+    /// The TLS trust of `[tls]` ([`crate::tls`]), for the host's own
+    /// outgoing clients (the gateway's upstream).
+    #[must_use]
+    pub fn tls(&self) -> &Arc<rustls::ClientConfig> {
+        &self.tls
     }
 
     pub(crate) fn limits(&self) -> Limits {
@@ -311,6 +327,7 @@ impl Grounding {
             Ok(f) => f,
             Err(e) => return Err(ErrorReply::from(&e)),
         };
+        let mut cache = crate::cache::CacheResult::Off;
         let asked = flow.inspection().web_search();
         let stream = flow.inspection().stream();
         let model = flow.inspection().model().map(str::to_owned);
@@ -322,9 +339,19 @@ impl Grounding {
                 let t0 = Instant::now();
                 query_chars = Some(q.text.chars().count());
                 tracing::debug!(query = %q.text, "search query");
-                let r = self.search.search(&q).await;
+                // The cache keys on the query the provider is given.
+                let formed = self.search.form(&q).await;
+                let searched = (self.cache)
+                    .search(self.search.provider_name(), formed.text(), || {
+                        self.search.search_formed(&formed)
+                    })
+                    .await;
                 search_time = Some(t0.elapsed());
-                match r {
+                cache = searched.cache;
+                if let Some(hit) = cache.is_hit() {
+                    self.metrics.search_cache(hit);
+                }
+                match searched.result {
                     Ok(found) => {
                         let r = if found.is_empty() {
                             SearchResult::NothingFound
@@ -367,6 +394,7 @@ impl Grounding {
             plan: prepared.plan,
             outcome: prepared.outcome,
             remaining,
+            cache,
             account: account.id().to_owned(),
             stream,
             model,

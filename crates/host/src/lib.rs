@@ -1,11 +1,12 @@
 //! What every citestream host (`citestream serve`, `citestream ext-proc`,
 //! the Python package) shares, free of any HTTP server stack:
 //!
-//! * [`config`]: the config file of SPEC section 12 (TOML, `${VAR}`, the
+//! * [`config`]: the config file (docs/reference/config.md: TOML, `${VAR}`, the
 //!   `CITESTREAM_*` overrides, one-line start-up errors naming the key);
 //! * [`auth`]: accounts, plans and hashed API keys;
-//! * [`store`]: the configured quota store (memory or Redis), releasing
-//!   reservations of cancelled requests at once;
+//! * [`store`]: the configured quota store (memory, Redis or a Redis
+//!   Cluster), releasing reservations of cancelled requests at once;
+//! * [`cache`]: the search cache, in the process or in the quota's Redis;
 //! * [`grounding`]: the request side (auth → account → inspect → quota →
 //!   search → inject) and the values of the `x-citestream-*` headers;
 //! * [`errors`]: error bodies in the endpoint's shape (OpenAI or
@@ -37,6 +38,7 @@
 //! ```
 
 pub mod auth;
+pub mod cache;
 pub mod config;
 pub mod errors;
 pub mod exchange;
@@ -44,3 +46,4 @@ pub mod grounding;
 pub mod metrics;
 pub mod reload;
 pub mod store;
+pub mod tls;

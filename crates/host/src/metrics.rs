@@ -12,6 +12,7 @@
 //! | `citestream_quota_exhausted_total` | counter | |
 //! | `citestream_quota_errors_total` | counter | |
 //! | `citestream_upstream_errors_total` | counter | `kind` (`refused`, `timeout`, `broken`) |
+//! | `citestream_upstream_retries_total` | counter | `reason`: why a request was sent upstream again (`stale_connection`: a reused pooled connection failed before any response byte, the keep-alive race; `connect`: a connect error, the next endpoint is tried; `status`: a 429/502/503/504 answer before the client got anything) |
 //! | `citestream_search_duration_seconds` | histogram | |
 //! | `citestream_upstream_latency_seconds` | histogram | `endpoint`: request sent → upstream response headers |
 //! | `citestream_event_added_latency_seconds` | histogram | time the host spends on one upstream piece of a rewritten stream before its output is ready |
@@ -156,6 +157,28 @@ impl UpstreamError {
     }
 }
 
+/// The `reason` label of a request sent upstream again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UpstreamRetry {
+    /// A reused pooled connection failed before any response byte.
+    StaleConnection,
+    /// Connecting failed (the next endpoint is tried).
+    Connect,
+    /// A 429/502/503/504 answer before the client got anything.
+    Status,
+}
+
+impl UpstreamRetry {
+    const ALL: [UpstreamRetry; 3] = [Self::StaleConnection, Self::Connect, Self::Status];
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::StaleConnection => "stale_connection",
+            Self::Connect => "connect",
+            Self::Status => "status",
+        }
+    }
+}
+
 /// A histogram with fixed bucket bounds (seconds).
 #[derive(Debug)]
 struct Histogram {
@@ -225,10 +248,13 @@ pub struct Metrics {
     quota_exhausted: AtomicU64,
     quota_errors: AtomicU64,
     upstream_errors: [AtomicU64; 3],
+    upstream_retries: [AtomicU64; 3],
     search_duration: Histogram,
     upstream_latency: [Histogram; N_ENDPOINT],
     event_latency: Histogram,
     open_streams: AtomicI64,
+    /// Search cache lookups: [hit, miss].
+    search_cache: [AtomicU64; 2],
 }
 
 impl Default for Metrics {
@@ -250,10 +276,12 @@ impl Metrics {
             quota_exhausted: AtomicU64::new(0),
             quota_errors: AtomicU64::new(0),
             upstream_errors: Default::default(),
+            upstream_retries: Default::default(),
             search_duration: Histogram::new(SLOW_BUCKETS),
             upstream_latency: std::array::from_fn(|_| Histogram::new(SLOW_BUCKETS)),
             event_latency: Histogram::new(EVENT_BUCKETS),
             open_streams: AtomicI64::new(0),
+            search_cache: Default::default(),
         }
     }
 
@@ -289,6 +317,12 @@ impl Metrics {
         self.quota_exhausted.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a search answered from the search cache (`hit`) or by the
+    /// provider (`miss`), when the cache is on.
+    pub fn search_cache(&self, hit: bool) {
+        self.search_cache[usize::from(!hit)].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts a quota store error.
     pub fn quota_error(&self) {
         self.quota_errors.fetch_add(1, Ordering::Relaxed);
@@ -301,6 +335,15 @@ impl Metrics {
             .position(|x| *x == kind)
             .unwrap_or(0);
         self.upstream_errors[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request sent upstream again.
+    pub fn upstream_retry(&self, reason: UpstreamRetry) {
+        let i = UpstreamRetry::ALL
+            .iter()
+            .position(|x| *x == reason)
+            .unwrap_or(0);
+        self.upstream_retries[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the time from sending a request upstream to its response
@@ -420,6 +463,20 @@ impl Metrics {
         }
         head(
             &mut o,
+            "citestream_upstream_retries_total",
+            "counter",
+            "Requests sent upstream again, by reason.",
+        );
+        for (k, n) in UpstreamRetry::ALL.iter().zip(&self.upstream_retries) {
+            let _ = writeln!(
+                o,
+                "citestream_upstream_retries_total{{reason=\"{}\"}} {}",
+                k.as_str(),
+                load(n)
+            );
+        }
+        head(
+            &mut o,
             "citestream_search_duration_seconds",
             "histogram",
             "Time a search took.",
@@ -451,6 +508,19 @@ impl Metrics {
             "Responses being relayed now.",
         );
         let _ = writeln!(o, "citestream_open_streams {}", self.open_streams());
+        head(
+            &mut o,
+            "citestream_search_cache_total",
+            "counter",
+            "Searches with the search cache on: answered from it (hit) or by the provider (miss).",
+        );
+        for (r, n) in ["hit", "miss"].iter().zip(&self.search_cache) {
+            let _ = writeln!(
+                o,
+                "citestream_search_cache_total{{result=\"{r}\"}} {}",
+                load(n)
+            );
+        }
         o
     }
 }

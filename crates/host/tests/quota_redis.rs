@@ -208,15 +208,49 @@ async fn redis_going_away_mid_flight_is_reported_not_refused() {
             }])
         })
         .await;
-    // The slot was reserved, so the sources are used; the failed commit is
-    // reported.
+    // The slot was reserved, so the sources are used; the commit (when the
+    // upstream answers 2xx) fails and is reported, never a refusal.
     assert_eq!(p.outcome, Outcome::Injected);
     assert!(p.plan.is_some());
-    assert_eq!(p.errors.len(), 1);
+    assert!(p.errors.is_empty(), "nothing asked of the store yet");
+    let e = p
+        .reservation
+        .expect("the reservation goes on to the response side")
+        .commit()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), QuotaErrorKind::Unavailable);
     // And a new request now gets no search, with the error reported.
     let flow = Flow::start(&store, "a", 10, Endpoint::ChatCompletions, body)
         .await
         .unwrap();
     assert_eq!(flow.outcome(), Some(Outcome::QuotaUnavailable));
     assert_eq!(flow.errors().len(), 1);
+}
+
+#[tokio::test]
+async fn a_restarted_redis_is_used_again_by_the_next_operation() {
+    // The connection the store holds breaks with the server; the next
+    // operation makes a new one and is tried once more, so it succeeds
+    // instead of reporting the store unavailable.
+    let server = RedisServer::start();
+    let port = server.port;
+    let store = server.store(clock());
+    let t = store.try_reserve("a", 10).await.unwrap().unwrap();
+    assert!(store.commit(&t).await.unwrap());
+    drop(server);
+    let _again = RedisServer::start_on(port);
+    let t = store
+        .try_reserve("a", 10)
+        .await
+        .expect("reconnected and tried once more")
+        .unwrap();
+    assert!(store.commit(&t).await.unwrap());
+    assert_eq!(
+        store.usage("a", t.day()).await.unwrap(),
+        Usage {
+            committed: 1,
+            reserved: 0
+        }
+    );
 }

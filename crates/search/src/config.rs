@@ -1,7 +1,7 @@
-//! The `[search]` table of the config file (SPEC section 12).
+//! The `[search]` table of the config file (docs/reference/config.md).
 //!
-//! Every key is optional; a missing key takes the SPEC default
-//! ([`SearchConfig::default`]). Unknown keys are an error (`deny_unknown_fields`),
+//! Every key is optional; a missing key takes its documented
+//! default ([`SearchConfig::default`], docs/reference/config.md, "`[search]`"). Unknown keys are an error (`deny_unknown_fields`),
 //! so a typo in a key is reported at start-up instead of being ignored.
 //!
 //! ```toml
@@ -46,7 +46,7 @@ pub struct SearchConfig {
     pub provider: ProviderKind,
     /// At most this many sources per search (default 5).
     pub max_results: usize,
-    /// A search that takes longer fails (SPEC section 4); default 8 s.
+    /// A search that takes longer fails (docs/reference/request.md, "Quota"); default 8 s.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// Each source's `text` is cut to this many characters (default 1500).
@@ -78,6 +78,15 @@ pub struct SearchConfig {
     pub tavily: EndpointConfig,
     /// `[search.exa]`.
     pub exa: EndpointConfig,
+    /// Above zero: each search's results are kept this long and reused for
+    /// the same provider and query (the hosts' search cache,
+    /// docs/search.md); default 0 s = off.
+    #[serde(with = "humantime_serde")]
+    pub cache_ttl: Duration,
+    /// At most this many results lists in the in-process cache (with the
+    /// memory quota store; the Redis cache expires by `cache_ttl` alone);
+    /// default 10000.
+    pub cache_entries: usize,
 }
 
 impl Default for SearchConfig {
@@ -101,6 +110,8 @@ impl Default for SearchConfig {
             brave: EndpointConfig::default(),
             tavily: EndpointConfig::default(),
             exa: EndpointConfig::default(),
+            cache_ttl: Duration::ZERO,
+            cache_entries: 10_000,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Search providers for the citestream hosts (gateway, Envoy processor,
-//! Python package): the search half of SPEC section 3.
+//! Python package): the search half of the request side (docs/reference/request.md).
 //!
-//! * [`SearchConfig`]: the `[search]` table of the config file (SPEC 12),
+//! * [`SearchConfig`]: the `[search]` table of the config file (docs/reference/config.md),
 //!   every key optional, unknown keys rejected.
 //! * [`Search`]: the configured provider plus the adapter rules every
 //!   provider shares. Hosts build one at start ([`Search::new`], which
@@ -9,7 +9,7 @@
 //!   [`Search::search`] per request. A search that fails (error, timeout,
 //!   non-2xx answer) is a [`SearchError`] with a [`SearchErrorKind`] for
 //!   metrics; it is logged here with `tracing` and must never fail the
-//!   request (SPEC section 4).
+//!   request (docs/reference/request.md, "Quota").
 //! * [`query`]: what is searched for a conversation (`search.query`): the
 //!   last user message, with the terms of earlier turns when it does not
 //!   name its own subject, or a model's query. [`Search::form`] gives the
@@ -52,6 +52,7 @@
 
 mod adapt;
 mod config;
+mod http;
 mod local;
 mod provider;
 pub mod query;

@@ -43,8 +43,8 @@ pub trait Provider: Send + Sync + fmt::Debug {
     }
 }
 
-/// Why a search failed. A failed search is never a failed request (SPEC
-/// section 4): the host logs it, counts it and answers without sources.
+/// Why a search failed. A failed search is never a failed request (docs/reference/request.md, "Quota"):
+/// the host logs it, counts it and answers without sources.
 #[derive(Debug)]
 pub struct SearchError {
     kind: SearchErrorKind,

@@ -71,6 +71,19 @@ impl Search {
     /// `tavily` and `exa`, when `api_key` is empty; for every remote
     /// provider, when the URL is not an `http`/`https` URL.
     pub fn new(config: &SearchConfig) -> Result<Search, SetupError> {
+        Search::with_tls(config, None)
+    }
+
+    /// [`Search::new`], the remote providers trusting what `tls` trusts
+    /// (the host's `[tls]`) instead of the bundled roots only.
+    ///
+    /// # Errors
+    ///
+    /// As [`Search::new`].
+    pub fn with_tls(
+        config: &SearchConfig,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<Search, SetupError> {
         let provider: Box<dyn Provider> = match config.provider {
             ProviderKind::Local if config.local.path.is_empty() => Box::new(LocalIndex::bundled()),
             ProviderKind::Local => Box::new(LocalIndex::from_dir_with_url_base(
@@ -78,7 +91,7 @@ impl Search {
                 &config.local.url_base,
             )?),
             ProviderKind::Static => Box::new(StaticFile::load(Path::new(&config.r#static.path))?),
-            kind => Box::new(Remote::new(kind, config)?),
+            kind => Box::new(Remote::new(kind, config, tls)?),
         };
         Search::with_provider(provider, config)
     }
@@ -188,8 +201,8 @@ impl Search {
     /// # Errors
     ///
     /// A [`SearchError`] when the provider failed or the timeout passed; it
-    /// is already logged (`warn`). Treat it as "no sources" (SPEC
-    /// section 4): it must not fail the request.
+    /// is already logged (`warn`). Treat it as "no sources" (docs/reference/request.md, "Quota"):
+    /// it must not fail the request.
     pub async fn search_formed(&self, query: &FormedQuery) -> Result<Vec<Source>, SearchError> {
         let name = self.provider.name();
         let result =

@@ -1,5 +1,5 @@
 //! The `static` provider: always the sources of one file (a JSON array of
-//! source objects, SPEC section 2), read once at start. For tests and
+//! source objects, docs/reference/request.md, "Sources"), read once at start. For tests and
 //! demos; the query is ignored.
 
 use std::path::Path;

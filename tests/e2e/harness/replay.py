@@ -33,6 +33,15 @@ Contract
   `ReplayServer.exchanges()` / `wait_for()`, and over `GET /_replay/log`
   (JSON; `POST /_replay/reset` clears it). `/_replay/*` requests are not
   recorded.
+* Keep-alive closing (`ReplayServer(closing=...)`, `--closing`), never
+  announced with `connection: close`, the way real servers drop kept-alive
+  connections: `"each"` closes every connection right after its answer;
+  `"random:N"` after 1..N answers (drawn per connection); `"idle:S"` when no
+  request came for S seconds after an answer (uvicorn's keep-alive timeout,
+  5 s by default); `"mixed"` gives
+  each new connection one of the three (random:4, idle:0.05). `None` keeps
+  connections open. `ReplayServer.connections` counts accepted ones;
+  `ReplayServer.record = False` keeps no log (long soaks).
 * Any other path (e.g. `GET /v1/models`) answers 200 with a JSON echo of the
   request, and is recorded, for proxy tests.
 * Runs in-process (`ReplayServer().start()`, its own event loop in a daemon
@@ -101,6 +110,18 @@ class Scenario:
         return sc
 
 
+def parse_closing(spec: str | None) -> tuple[str | None, float]:
+    """`None`, `"each"`, `"random:N"`, `"idle:S"`, `"mixed"` as (kind, number)."""
+    if spec is None or spec == "":
+        return None, 0.0
+    kind, _, arg = spec.partition(":")
+    if kind in ("each", "mixed") and not arg:
+        return kind, 0.0
+    if kind in ("random", "idle") and arg:
+        return kind, float(arg)
+    raise ValueError(f"closing must be each, random:N, idle:SECONDS or mixed, not {spec!r}")
+
+
 def piece_sizes(total: int, seed: int, fixed: int = 0) -> list[int]:
     """Sizes (summing to `total`) of the pieces a body is written in."""
     rng = random.Random(seed)
@@ -158,6 +179,19 @@ class _Request:
         return next((v for k, v in self.headers if k.lower() == name), None)
 
 
+async def read_chunked(reader: asyncio.StreamReader) -> bytes:
+    """A chunked HTTP/1.1 body (trailers skipped), de-chunked."""
+    parts = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
+        if size == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                pass
+            return b"".join(parts)
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+
+
 async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -172,16 +206,7 @@ async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
             headers.append((k.strip(), v.strip()))
     req = _Request(method, target, headers, b"")
     if (req.header("transfer-encoding") or "").lower() == "chunked":
-        parts = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
-            if size == 0:
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass
-                break
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-        req.body = b"".join(parts)
+        req.body = await read_chunked(reader)
     else:
         req.body = await reader.readexactly(int(req.header("content-length") or 0))
     return req
@@ -267,9 +292,15 @@ class LoopbackServer:
 class ReplayServer(LoopbackServer):
     """The replay upstream; see the module docs."""
 
-    def __init__(self, extra_dirs: list[Path] | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, extra_dirs: list[Path] | None = None, host: str = "127.0.0.1", port: int = 0,
+                 closing: str | None = None, seed: int = 0):
         super().__init__(host, port)
         self.extra_dirs = [Path(d) for d in extra_dirs or []]
+        parse_closing(closing)  # fail early on a bad spec
+        self.closing = closing
+        self.connections = 0
+        self.record = True  # False: keep no log (long soaks)
+        self._close_rng = random.Random(seed)
         self.default: str | None = None
         self._registered: dict[str, dict[str, bytes]] = {}
         self._log: list[Exchange] = []
@@ -334,7 +365,8 @@ class ReplayServer(LoopbackServer):
     def _record(self, req: _Request) -> Exchange:
         with self._cond:
             ex = Exchange(len(self._log) + 1, req.method, req.target, req.headers, req.body)
-            self._log.append(ex)
+            if self.record:
+                self._log.append(ex)
             self._cond.notify_all()
             return ex
 
@@ -344,19 +376,44 @@ class ReplayServer(LoopbackServer):
             self._cond.notify_all()
 
     # ---- serving ------------------------------------------------------
+    def _conn_policy(self) -> tuple[int | None, float | None]:
+        """(answers before closing, idle seconds) for a new connection."""
+        kind, arg = parse_closing(self.closing)
+        if kind == "mixed":
+            kind, arg = self._close_rng.choice([("each", 0.0), ("random", 4.0), ("idle", 0.05)])
+        if kind == "each":
+            return 1, None
+        if kind == "random":
+            return self._close_rng.randint(1, int(arg)), None
+        if kind == "idle":
+            return None, arg
+        return None, None
+
     async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.connections += 1
+        budget, idle = self._conn_policy()
+        answered = 0
         try:
             while True:
-                req = await _read_request(reader)
+                if idle is not None and answered > 0:
+                    try:
+                        req = await asyncio.wait_for(_read_request(reader), idle)
+                    except asyncio.TimeoutError:
+                        break  # idle too long: closed, as uvicorn does
+                else:
+                    req = await _read_request(reader)
                 if req is None:
                     break
                 if (req.header("expect") or "").lower() == "100-continue":
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 if not await self._respond(req, reader, writer):
                     break
+                answered += 1
+                if budget is not None and answered >= budget:
+                    break  # closed after the answer, without `connection: close`
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass
         finally:
@@ -491,8 +548,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--extra-dir", action="append", default=[])
     ap.add_argument("--default", help="scenario for requests whose model is not replay:...")
+    ap.add_argument("--closing", help="each | random:N | idle:SECONDS | mixed (keep-alive closing)")
     args = ap.parse_args(argv)
-    server = ReplayServer(args.extra_dir, args.host, args.port)
+    server = ReplayServer(args.extra_dir, args.host, args.port, closing=args.closing)
     server.default = args.default
 
     async def serve() -> None:

@@ -1,9 +1,10 @@
-"""Loopback search backend for the `http` search provider (SPEC section 12:
+"""Loopback search backend for the `http` search provider (docs/reference/config.md:
 `POST {url} {"query","count"} -> [{"link","title","snippet"}]`).
 
 Contract: `SearchBackend(results, delay=0).start()` answers every POST with
 `results` (a list of `{"link","title","snippet"}` dicts) after `delay`
-seconds. While it waits it watches the connection: a client that goes away
+seconds, with HTTP status `status` (200; set it, or `results`, between
+requests to make the backend fail or find nothing). While it waits it watches the connection: a client that goes away
 is recorded (`Query.client_disconnected`). Every request is recorded as a
 `Query` (path, headers, parsed JSON body); `wait_for(predicate)` waits on the
 list. Stdlib only; same lifecycle as the replay upstream.
@@ -37,6 +38,7 @@ class SearchBackend(LoopbackServer):
     def __init__(self, results: list[dict], delay: float = 0.0):
         super().__init__()
         self.results, self.delay = results, delay
+        self.status = 200
         self._queries: list[Query] = []
         self._cond = threading.Condition()
 
@@ -83,8 +85,8 @@ class SearchBackend(LoopbackServer):
                 await _cancel(watch)
                 data = json.dumps(self.results).encode()
                 writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
-                    % (len(data), data)
+                    b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+                    % (self.status, len(data), data)
                 )
                 await writer.drain()
                 self._note(q, answered=True)

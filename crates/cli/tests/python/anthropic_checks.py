@@ -1,6 +1,6 @@
 """What the official `anthropic` SDK sees on an upstream `/v1/messages`
 response and on the same response after `citestream rewrite --endpoint
-messages` (SPEC section 7)."""
+messages` (docs/reference/responses.md, "Messages")."""
 
 from __future__ import annotations
 

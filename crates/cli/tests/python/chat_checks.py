@@ -1,6 +1,6 @@
 """Assertions on what the official `openai` SDK sees when it reads an
 upstream `/v1/chat/completions` response and the same response after
-`citestream rewrite` (SPEC sections 5, 6, 8)."""
+`citestream rewrite` (docs/reference/responses.md, "Markers", "Chat completions", "The citations array")."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def slice_unit(content: str, start: int, end: int, unit: str) -> str:
 
 def reference_markers(content: str, nsources: int) -> list[tuple[int, int, int]] | None:
     """(start, end, number) of every marker, in chars, by a naive reading of
-    SPEC 5. None when the content has code (backticks or tildes), where the
+    the marker rules (docs/reference/responses.md, "Markers"). None when the content has code (backticks or tildes), where the
     naive reading is not the spec's."""
     if "`" in content or "~~~" in content:
         return None
@@ -163,7 +163,7 @@ def contents(chunks: list) -> dict[int, str]:
 
 
 def _merge_split(a: dict, b: dict) -> dict | None:
-    """If `a`, `b` are the two halves of a split finish chunk (SPEC 6), the
+    """If `a`, `b` are the two halves of a split finish chunk (docs/reference/responses.md, "Chat completions"), the
     chunk they came from: `b` with `a`'s delta."""
     if len(a.get("choices") or []) != 1 or len(b.get("choices") or []) != 1:
         return None
@@ -189,13 +189,13 @@ def check_chat_stream(
     must_annotate: bool = False,
 ) -> list[list[dict]]:
     """Everything the SDK saw on the rewritten stream is what it saw upstream
-    plus our additions, placed as SPEC 6 says. Returns, per choice index, the
+    plus our additions, placed as the rules say (docs/reference/responses.md, "Chat completions"). Returns, per choice index, the
     annotations we added (as dicts)."""
     _same_exc(up.exc, rw.exc, f"{name}: create(stream=True)")
     keys = added_members(dialect)
     chunks = rw.chunks
 
-    # 1. Top-level members: exactly one carrier, where SPEC 6 puts it.
+    # 1. Top-level members: exactly one carrier, where the rules put it (docs/reference/responses.md, "Chat completions").
     finishes = _finish_positions(chunks)
     carriers = {
         key: [i for i, c in enumerate(chunks) if extras(c).get(key) == expected_member(key, sources)] for key in keys
@@ -356,7 +356,7 @@ def check_chat_helper(
     keys = added_members(dialect)
     # The helper drops every chunk whose `object` is not
     # "chat.completion.chunk" (its Azure async-filter workaround). Our
-    # annotation chunk copies the finish chunk's envelope (SPEC 6), so where
+    # annotation chunk copies the finish chunk's envelope (docs/reference/responses.md, "Chat completions"), so where
     # upstream's finish chunk has another `object` (Perplexity's
     # "chat.completion.done") the helper never sees our annotations.
     hidden = {

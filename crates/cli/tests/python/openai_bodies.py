@@ -81,7 +81,7 @@ def check_body(name: str, upstream: bytes, rewritten: bytes, sources: list[dict]
             assert anns == up_ch.message.annotations, f"{name}: annotations changed with dialect {dialect}"
             added.append([])
             continue
-        assert isinstance(anns, list), f"{name}: message.annotations missing (SPEC 6: an empty array when none)"
+        assert isinstance(anns, list), f"{name}: message.annotations missing (docs/reference/responses.md, 'Chat completions': an empty array when none)"
         ours = anns[len(up_anns):]
         content = ch.message.content or ""
         for a in anns:

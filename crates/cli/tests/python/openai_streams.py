@@ -99,7 +99,7 @@ class OpenAIStreams(unittest.TestCase):
     def test_every_chat_fixture_dialect_both(self) -> None:
         """`--dialect both`: `sources` and `citations` on the same one chunk;
         Perplexity's own `citations` (URL strings, on every chunk) replaced
-        on that chunk only (SPEC 9). Also: `--chunk-size 1` gives the same bytes."""
+        on that chunk only (docs/reference/responses.md, "Errors and bad input"). Also: `--chunk-size 1` gives the same bytes."""
         for path in chat_fixtures():
             with self.subTest(fixture=path.name):
                 _, _, _, rewritten = self.run_case(f"{path.name} --dialect both", path.read_bytes(), self.three, dialect="both", must_annotate=path.name in MUST_ANNOTATE)
@@ -181,7 +181,7 @@ class OpenAIStreams(unittest.TestCase):
 
     def test_fewer_choices_than_requested(self) -> None:
         """n=2 requested, upstream returned one choice: `sources` on a
-        synthesized `choices: []` chunk before [DONE] (SPEC 6)."""
+        synthesized `choices: []` chunk before [DONE] (docs/reference/responses.md, "Chat completions")."""
         stream = synth_stream({0: ["Only one [2]."]})
         # The helper's final completion is compared in the expected failure below.
         rw, hrw, added, _ = self.run_case("n=2, one choice", stream, self.three, n=2, must_annotate=True, helper=False)
@@ -258,7 +258,7 @@ class OpenAIStreams(unittest.TestCase):
     @unittest.expectedFailure
     def test_helper_sees_annotations_on_perplexity(self) -> None:
         """Perplexity's finish chunk has `"object": "chat.completion.done"`;
-        our annotations chunk copies that envelope (SPEC 6: same `object`),
+        our annotations chunk copies that envelope (docs/reference/responses.md, "Chat completions": same `object`),
         and the SDK's stream helper drops every chunk whose object is not
         "chat.completion.chunk", so its final message has no annotations."""
         path = FIXTURES / "perplexity_sonar_citations.sse"

@@ -86,12 +86,14 @@ def rewrite(
 
 
 def expected_sources_member(sources: list[dict]) -> list[dict]:
-    """SPEC 6: top-level `sources` = [{index, title, url}] for every source."""
+    """Top-level `sources` = [{index, title, url}] for every source
+    (docs/reference/responses.md, "Dialects")."""
     return [{"index": i + 1, "title": s.get("title"), "url": s.get("url")} for i, s in enumerate(sources)]
 
 
 def expected_citations_member(sources: list[dict]) -> list[dict]:
-    """SPEC 8: one entry per source, every key present."""
+    """One entry per source, every key present (docs/reference/responses.md,
+    "The citations array")."""
     return [
         {
             "cited_text": s.get("text") or "",

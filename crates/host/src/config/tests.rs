@@ -328,3 +328,68 @@ fn relative_paths_resolve_against_the_config_files_folder() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn relative_paths_resolve_against_the_config_folder() {
+    let dir = std::env::temp_dir().join(format!("citestream-cfg-paths-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("gateway.toml");
+    std::fs::write(
+        &file,
+        "[tls]\nca_file = \"certs/ca.pem\"\nclient_cert = \"/abs/c.pem\"\nclient_key = \"k.pem\"\n\
+         [search.local]\npath = \"docs\"\n[search.static]\npath = \"sources.json\"\n",
+    )
+    .unwrap();
+    let cfg = Config::load(Some(&file)).unwrap();
+    assert_eq!(cfg.tls.ca_file, dir.join("certs/ca.pem").to_string_lossy());
+    assert_eq!(cfg.tls.client_cert, "/abs/c.pem");
+    assert_eq!(cfg.tls.client_key, dir.join("k.pem").to_string_lossy());
+    assert_eq!(cfg.search.local.path, dir.join("docs").to_string_lossy());
+    assert_eq!(
+        cfg.search.r#static.path,
+        dir.join("sources.json").to_string_lossy()
+    );
+    // Empty stays empty (the bundled corpus).
+    std::fs::write(&file, "").unwrap();
+    assert_eq!(Config::load(Some(&file)).unwrap().search.local.path, "");
+}
+
+#[test]
+fn routes_and_tls_are_checked() {
+    let env = |_: &str| None;
+    let bad = [
+        (
+            "[[routes]]\nmodel = \"\"\nbase_urls = [\"http://a\"]\n",
+            "routes[0].model",
+        ),
+        (
+            "[[routes]]\nmodel = \"a*b*\"\nbase_urls = [\"http://a\"]\n",
+            "routes[0].model",
+        ),
+        (
+            "[[routes]]\nmodel = \"m\"\nbase_urls = []\n",
+            "routes[0].base_urls",
+        ),
+        (
+            "[[routes]]\nmodel = \"m\"\nbase_urls = [\"ftp://a\"]\n",
+            "routes[0].base_urls[0]",
+        ),
+        (
+            "[[routes]]\nmodel = \"m\"\nbase_urls = [\"http://a\"]\nkey = 1\n",
+            "routes[0]",
+        ),
+        ("[tls]\nclient_cert = \"c.pem\"\n", "tls.client_key"),
+    ];
+    for (toml, key) in bad {
+        let e = Config::from_toml_with_env(toml, &env).unwrap_err();
+        assert!(e.key().starts_with(key), "{toml}: {e}");
+    }
+    let cfg = Config::from_toml_with_env(
+        "[upstream]\nretries = 3\nidle_timeout = \"5s\"\n[[routes]]\nmodel = \"shannon-*\"\nbase_urls = [\"http://a:1\", \"https://b/v1\"]\n",
+        &env,
+    )
+    .unwrap();
+    assert_eq!(cfg.upstream.retries, 3);
+    assert_eq!(cfg.upstream.pool_idle_timeout, Duration::from_secs(4));
+    assert!(cfg.routes[0].matches("shannon-7b") && !cfg.routes[0].matches("shannon"));
+}

@@ -1,7 +1,9 @@
 //! The quota store a host runs on (`[quota] store = "memory" | "redis"`),
 //! with cancellation handled for async hosts.
 //!
-//! Contract: a request whose future is dropped (the client went away)
+//! Contract: building the store connects to nothing; with Redis, a
+//! background check logs a warning when it cannot be reached at start-up
+//! (the host serves anyway). A request whose future is dropped (the client went away)
 //! gives its unfinished reservation back at once, in both stores:
 //! * dropping an unfinished [`citestream::quota::Reservation`] releases it
 //!   (memory: synchronously; Redis: a release spawned on the current tokio
@@ -40,7 +42,7 @@ impl Clock for SharedClock {
 pub enum Store {
     /// In-process.
     Memory(MemoryStore),
-    /// Redis, shared by replicas.
+    /// Redis (one server or a Cluster), shared by replicas.
     Redis(RedisStore),
 }
 
@@ -49,10 +51,19 @@ impl Store {
     ///
     /// # Errors
     /// A [`ConfigError`] naming `quota.redis_url` when it is not a Redis
-    /// URL.
+    /// URL, or `quota.redis_cluster` when a seed node is not one.
     pub fn from_config(cfg: &Config, clock: SharedClock) -> Result<Store, ConfigError> {
-        Ok(match cfg.quota.store {
+        let store = match cfg.quota.store {
             StoreName::Memory => Store::Memory(MemoryStore::with_clock(clock)),
+            StoreName::Redis if !cfg.quota.redis_cluster.is_empty() => Store::Redis(
+                RedisStore::cluster(&cfg.quota.redis_cluster, RedisConfig::default(), clock)
+                    .map_err(|e| {
+                        ConfigError::new(
+                            "quota.redis_cluster",
+                            format!("invalid seed nodes {:?}: {e}", cfg.quota.redis_cluster),
+                        )
+                    })?,
+            ),
             StoreName::Redis => {
                 let client = redis_client(&cfg.quota.redis_url)?;
                 Store::Redis(RedisStore::with_config(
@@ -61,7 +72,11 @@ impl Store {
                     clock,
                 ))
             }
-        })
+        };
+        if let Store::Redis(r) = &store {
+            warn_if_unreachable(r);
+        }
+        Ok(store)
     }
 
     /// The store's name, for logs.
@@ -69,9 +84,32 @@ impl Store {
     pub fn name(&self) -> &'static str {
         match self {
             Store::Memory(_) => "memory",
+            Store::Redis(r) if r.is_cluster() => "redis-cluster",
             Store::Redis(_) => "redis",
         }
     }
+}
+
+/// Asks Redis once, in the background, and logs a warning when it cannot
+/// be reached: the host serves anyway (answering without search until
+/// Redis is back). Hosts set up logging after building the store, so the
+/// check waits for a logger first (at most a second).
+fn warn_if_unreachable(r: &RedisStore) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let r = r.clone();
+    rt.spawn(async move {
+        for _ in 0..100 {
+            if tracing::dispatcher::has_been_set() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if let Err(e) = r.ping().await {
+            tracing::warn!(error = %e, "quota store: Redis cannot be reached at start-up; serving, without search until it can");
+        }
+    });
 }
 
 fn redis_client(url: &str) -> Result<::redis::Client, ConfigError> {

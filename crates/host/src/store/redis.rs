@@ -7,8 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisError, Script};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    Client, ErrorKind, FromRedisValue, RedisError, RedisFuture, RedisResult, Script, Value,
+};
 
 use citestream::quota::{
     Clock, QuotaError, QuotaErrorKind, QuotaStore, SECS_PER_DAY, SystemClock, Ticket, Usage,
@@ -130,19 +134,25 @@ impl RedisConfig {
 }
 
 /// A quota store in Redis, shared by every gateway replica that points at
-/// the same server and prefix.
+/// the same server (or Redis Cluster) and prefix.
 ///
 /// One hash per account and UTC day (`<prefix><YYYY-MM-DD>:<account>`)
 /// holds the committed count and the open reservations; check-and-reserve
 /// is one Lua script, so `committed + reserved <= limit` holds across
-/// replicas. Keys expire at the end of their day plus a margin. Commit and
-/// release are idempotent: a reservation id is removed once, and a second
-/// commit or release finds nothing and changes nothing.
+/// replicas. Every script and command touches that one key, so on a Redis
+/// Cluster each runs on the one master that owns its slot. Keys expire at
+/// the end of their day plus a margin. Commit and release are idempotent:
+/// a reservation id is removed once, and a second commit or release finds
+/// nothing and changes nothing.
 ///
-/// The connection is opened lazily and re-established automatically
-/// (redis' `ConnectionManager`); while Redis is unreachable every operation
-/// returns a [`QuotaError`] of kind [`QuotaErrorKind::Unavailable`] within
-/// the configured timeouts, and the gateway answers without search.
+/// The connection is opened on first use and kept (one server: redis'
+/// `ConnectionManager`; a Cluster: its cluster connection, which follows
+/// the slot map through failovers). An operation that fails because the
+/// connection dropped or could not be made is tried once more on a fresh
+/// connection; when that fails too it returns a [`QuotaError`] of kind
+/// [`QuotaErrorKind::Unavailable`] within the configured timeouts, and the
+/// gateway answers without search. Nothing is asked at construction, so a
+/// gateway starts while Redis is down and uses it once it is up.
 ///
 /// Dropping an unfinished [`citestream::quota::Reservation`] cannot release it without
 /// awaiting, so the slot is freed when its lease ends
@@ -166,19 +176,65 @@ impl RedisConfig {
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    client: Client,
+    target: Arc<Target>,
     config: Arc<RedisConfig>,
     clock: Arc<dyn Clock>,
-    conn: Arc<Mutex<Option<ConnectionManager>>>,
+    conn: Arc<Mutex<Option<Conn>>>,
     reserve: Arc<Script>,
     commit: Arc<Script>,
 }
 
+/// Where the store connects: one server, or the seed nodes of a Cluster.
+#[derive(Clone)]
+enum Target {
+    Single(Client),
+    Cluster(ClusterClient),
+}
+
+/// An open connection of either kind (both are cheap clones of one
+/// multiplexed connection).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStore")
-            .field("server", &self.client.get_connection_info().addr)
-            .field("config", &self.config)
+        let mut d = f.debug_struct("RedisStore");
+        match &*self.target {
+            Target::Single(c) => d.field("server", &c.get_connection_info().addr),
+            Target::Cluster(_) => d.field("server", &"cluster"),
+        };
+        d.field("config", &self.config)
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
@@ -207,14 +263,49 @@ impl RedisStore {
     /// A store with explicit settings and clock. Does not connect yet.
     #[must_use]
     pub fn with_config(client: Client, config: RedisConfig, clock: impl Clock + 'static) -> Self {
+        RedisStore::on(Target::Single(client), config, clock)
+    }
+
+    /// A store on the Redis Cluster whose seed nodes are `nodes`
+    /// (`redis://host:port` each; any reachable one tells the client the
+    /// rest), with explicit settings and clock. Does not connect yet.
+    ///
+    /// # Errors
+    /// A [`QuotaError`] of kind [`QuotaErrorKind::Backend`] when `nodes` is
+    /// empty or a node is not a valid Redis URL.
+    pub fn cluster(
+        nodes: &[String],
+        config: RedisConfig,
+        clock: impl Clock + 'static,
+    ) -> Result<Self, QuotaError> {
+        let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+            .connection_timeout(config.connection_timeout)
+            .response_timeout(config.response_timeout)
+            // Moves, "try again" and a reconnect while a failover settles;
+            // the store's own retry-once comes on top.
+            .retries(u32::try_from(config.retries.max(1)).unwrap_or(1) + 1)
+            .min_retry_wait(20)
+            .max_retry_wait(200)
+            .build()
+            .map_err(|e| QuotaError::new(QuotaErrorKind::Backend, e.to_string()))?;
+        Ok(RedisStore::on(Target::Cluster(client), config, clock))
+    }
+
+    fn on(target: Target, config: RedisConfig, clock: impl Clock + 'static) -> Self {
         RedisStore {
-            client,
+            target: Arc::new(target),
             config: Arc::new(config),
             clock: Arc::new(clock),
             conn: Arc::new(Mutex::new(None)),
             reserve: Arc::new(Script::new(RESERVE)),
             commit: Arc::new(Script::new(COMMIT)),
         }
+    }
+
+    /// Whether the store is on a Redis Cluster.
+    #[must_use]
+    pub fn is_cluster(&self) -> bool {
+        matches!(*self.target, Target::Cluster(_))
     }
 
     /// The key of `account` on UTC day `day`.
@@ -224,7 +315,8 @@ impl RedisStore {
         format!("{}{y:04}-{m:02}-{d:02}:{account}", self.config.prefix)
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, QuotaError> {
+    /// The open connection, or a new one.
+    async fn conn(&self) -> RedisResult<Conn> {
         let cached = self
             .conn
             .lock()
@@ -233,17 +325,42 @@ impl RedisStore {
         if let Some(c) = cached {
             return Ok(c);
         }
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(self.config.connection_timeout)
-            .set_response_timeout(self.config.response_timeout)
-            .set_number_of_retries(self.config.retries)
-            .set_factor(10)
-            .set_max_delay(200);
-        let c = ConnectionManager::new_with_config(self.client.clone(), cfg)
-            .await
-            .map_err(map_err)?;
+        let c = match &*self.target {
+            Target::Single(client) => {
+                let cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(self.config.connection_timeout)
+                    .set_response_timeout(self.config.response_timeout)
+                    // `run`'s retry on a fresh connection is the first.
+                    .set_number_of_retries(self.config.retries.saturating_sub(1))
+                    .set_factor(10)
+                    .set_max_delay(200);
+                Conn::Single(ConnectionManager::new_with_config(client.clone(), cfg).await?)
+            }
+            Target::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
+        };
         let mut g = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         Ok(g.get_or_insert(c).clone())
+    }
+
+    /// Runs `op` on the connection; when the connection dropped or could
+    /// not be made, once more on a fresh one.
+    async fn run<T, F, Fut>(&self, op: F) -> RedisResult<T>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let first = match self.conn().await {
+            Ok(c) => op(c).await,
+            Err(e) => Err(e),
+        };
+        match first {
+            Err(e) if is_unavailable(&e) => {
+                // Forget the connection: the next one is made afresh.
+                *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                op(self.conn().await?).await
+            }
+            r => r,
+        }
     }
 
     async fn reserve_impl(&self, account: &str, limit: u32) -> Result<Option<Ticket>, QuotaError> {
@@ -252,57 +369,56 @@ impl RedisStore {
         if limit == 0 {
             return Ok(None);
         }
-        let mut c = self.conn().await?;
         let id = new_id();
         let expire_at = (day + 1)
             .saturating_mul(SECS_PER_DAY)
             .saturating_add(self.config.expiry_margin.as_secs());
         let lease_end = now.saturating_add(self.config.lease.as_secs().max(1));
+        let key = self.key(account, day);
+        // A retried reserve whose first reply was lost may leave one extra
+        // reservation behind: it holds a slot until its lease ends, and
+        // never lets more than the limit through.
         let ok: i64 = self
-            .reserve
-            .key(self.key(account, day))
-            .arg(limit)
-            .arg(&id)
-            .arg(now)
-            .arg(lease_end)
-            .arg(expire_at)
-            .invoke_async(&mut c)
+            .run(|mut c| {
+                let mut inv = self.reserve.key(&key);
+                inv.arg(limit)
+                    .arg(&id)
+                    .arg(now)
+                    .arg(lease_end)
+                    .arg(expire_at);
+                async move { inv.invoke_async(&mut c).await }
+            })
             .await
             .map_err(map_err)?;
         Ok((ok == 1).then(|| Ticket::new(account, day, id)))
     }
 
     async fn commit_impl(&self, t: &Ticket) -> Result<bool, QuotaError> {
-        let mut c = self.conn().await?;
+        let key = self.key(t.account(), t.day());
         let n: i64 = self
-            .commit
-            .key(self.key(t.account(), t.day()))
-            .arg(t.id())
-            .invoke_async(&mut c)
+            .run(|mut c| {
+                let mut inv = self.commit.key(&key);
+                inv.arg(t.id());
+                async move { inv.invoke_async(&mut c).await }
+            })
             .await
             .map_err(map_err)?;
         Ok(n == 1)
     }
 
     async fn release_impl(&self, t: &Ticket) -> Result<bool, QuotaError> {
-        let mut c = self.conn().await?;
-        let n: i64 = redis::cmd("HDEL")
-            .arg(self.key(t.account(), t.day()))
-            .arg(format!("r:{}", t.id()))
-            .query_async(&mut c)
-            .await
-            .map_err(map_err)?;
+        let mut cmd = redis::cmd("HDEL");
+        cmd.arg(self.key(t.account(), t.day()))
+            .arg(format!("r:{}", t.id()));
+        let n: i64 = self.query(&cmd).await.map_err(map_err)?;
         Ok(n == 1)
     }
 
     async fn usage_impl(&self, account: &str, day: u64) -> Result<Usage, QuotaError> {
         let now = self.clock.unix_secs();
-        let mut c = self.conn().await?;
-        let all: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(self.key(account, day))
-            .query_async(&mut c)
-            .await
-            .map_err(map_err)?;
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(self.key(account, day));
+        let all: Vec<(String, String)> = self.query(&cmd).await.map_err(map_err)?;
         let mut u = Usage::default();
         for (f, v) in all {
             if f == "committed" {
@@ -313,14 +429,39 @@ impl RedisStore {
         }
         Ok(u)
     }
+
+    /// Asks the server (every node of a Cluster) for a `PONG`.
+    ///
+    /// # Errors
+    /// A [`QuotaError`] when it cannot be reached.
+    pub async fn ping(&self) -> Result<(), QuotaError> {
+        self.query::<String>(&redis::cmd("PING"))
+            .await
+            .map(drop)
+            .map_err(map_err)
+    }
+
+    /// Runs one command (with the retry of [`RedisStore::run`]).
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        self.run(|mut c| async move { cmd.query_async(&mut c).await })
+            .await
+    }
 }
 
-fn map_err(e: RedisError) -> QuotaError {
-    let kind = if e.is_io_error()
+/// The connection is gone or could not be made (also: the Cluster is
+/// electing a new master): try again later, or answer without search.
+fn is_unavailable(e: &RedisError) -> bool {
+    e.is_io_error()
         || e.is_connection_refusal()
         || e.is_timeout()
         || e.is_connection_dropped()
-    {
+        || e.is_cluster_error()
+        || e.is_unrecoverable_error()
+        || e.kind() == ErrorKind::ClusterConnectionNotFound
+}
+
+fn map_err(e: RedisError) -> QuotaError {
+    let kind = if is_unavailable(&e) {
         QuotaErrorKind::Unavailable
     } else {
         QuotaErrorKind::Backend

@@ -1,5 +1,5 @@
 //! The `local` provider: BM25 over a folder of documents, or over the
-//! bundled corpus embedded in the binary (SPEC section 12, "Local search").
+//! bundled corpus embedded in the binary (docs/search.md).
 //!
 //! The index is built once, in memory, when the provider is made
 //! ([`LocalIndex::from_dir`], [`LocalIndex::bundled`]); searching is

@@ -12,7 +12,7 @@
 //!   `#` + a slug of the heading appended (so each passage has its own URL
 //!   and the adapter's duplicate-URL rule keeps passages of one document
 //!   apart).
-//! * `.jsonl`: one source object (SPEC section 2) per line; a line that is
+//! * `.jsonl`: one source object (docs/reference/request.md, "Sources") per line; a line that is
 //!   not one is skipped with a warning naming the file and line.
 
 use crate::Source;

@@ -10,6 +10,8 @@
 
 mod wire;
 
+use std::sync::Arc;
+
 use reqwest::{Client, RequestBuilder, StatusCode};
 
 use crate::config::{ProviderKind, SearchConfig};
@@ -32,12 +34,17 @@ pub(crate) struct Remote {
 }
 
 impl Remote {
-    /// Checks `config` for `kind` and builds the client.
-    pub(crate) fn new(kind: ProviderKind, config: &SearchConfig) -> Result<Remote, SetupError> {
+    /// Checks `config` for `kind` and builds the client (with the host's
+    /// TLS trust when given).
+    pub(crate) fn new(
+        kind: ProviderKind,
+        config: &SearchConfig,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Remote, SetupError> {
         let (table, default_url) = match kind {
             ProviderKind::Searxng => {
                 let url = endpoint_url(kind, &config.searxng.url, "")?;
-                return Remote::build(kind, url, String::new(), config.max_text_chars);
+                return Remote::build(kind, url, String::new(), config.max_text_chars, tls);
             }
             ProviderKind::Perplexity => (&config.perplexity, "https://api.perplexity.ai/search"),
             ProviderKind::Http => (&config.http, ""),
@@ -59,7 +66,7 @@ impl Remote {
                 "search.{kind}.api_key is required for provider \"{kind}\""
             )));
         }
-        Remote::build(kind, url, table.api_key.clone(), config.max_text_chars)
+        Remote::build(kind, url, table.api_key.clone(), config.max_text_chars, tls)
     }
 
     fn build(
@@ -67,16 +74,14 @@ impl Remote {
         url: String,
         api_key: String,
         text_chars: usize,
+        tls: Option<&Arc<rustls::ClientConfig>>,
     ) -> Result<Remote, SetupError> {
-        let client = Client::builder()
-            .user_agent(concat!("citestream/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                SetupError::new(format!(
-                    "search.{kind}: cannot build the HTTP client: {}",
-                    chain(&e)
-                ))
-            })?;
+        let client = crate::http::client(tls).map_err(|e| {
+            SetupError::new(format!(
+                "search.{kind}: cannot build the HTTP client: {}",
+                chain(&e)
+            ))
+        })?;
         Ok(Remote {
             kind,
             url,
@@ -143,7 +148,7 @@ pub(crate) fn check_url(url: &str) -> Result<(), String> {
 
 /// Sends `req` and reads at most [`MAX_BODY`] bytes of the answer.
 async fn send(req: RequestBuilder) -> Result<(StatusCode, Vec<u8>), SearchError> {
-    let mut resp = req.send().await.map_err(|e| transport(&e))?;
+    let mut resp = crate::http::send(req).await.map_err(|e| transport(&e))?;
     let status = resp.status();
     let too_large = || {
         SearchError::new(

@@ -1,0 +1,139 @@
+//! The HTTP client of every remote call of this crate (the remote search
+//! providers; the query model uses it too): reqwest with rustls.
+//!
+//! Contract:
+//! * [`client`]: TLS trust from the host's [`rustls::ClientConfig`] when
+//!   given (the `[tls]` roots and client certificate), else reqwest's
+//!   bundled roots; `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` (and their
+//!   lower-case forms) honoured, as reqwest does by default; idle pooled
+//!   connections kept [`POOL_IDLE`] (below the 5 s keep-alive of uvicorn and
+//!   most servers, so the pool rarely holds one the server is closing).
+//! * [`send`]: sends a request, and sends it once more when the connection
+//!   broke before any byte of the answer (the server closed a kept-alive
+//!   connection just as the request went out: the keep-alive race). A
+//!   connect error, a timeout or any answer is returned as it is. Search
+//!   and query-model calls read nothing on the server's side, so sending
+//!   one again is safe.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::{Client, RequestBuilder, Response};
+
+/// How long an idle pooled connection is kept.
+pub(crate) const POOL_IDLE: Duration = Duration::from_secs(4);
+
+/// An HTTP client with the host's TLS trust.
+pub(crate) fn client(tls: Option<&Arc<rustls::ClientConfig>>) -> reqwest::Result<Client> {
+    let mut b = Client::builder()
+        .user_agent(concat!("citestream/", env!("CARGO_PKG_VERSION")))
+        .pool_idle_timeout(POOL_IDLE);
+    if let Some(cfg) = tls {
+        b = b.use_preconfigured_tls((**cfg).clone());
+    }
+    b.build()
+}
+
+/// Sends `req`; once more when the connection broke before the answer.
+pub(crate) async fn send(req: RequestBuilder) -> reqwest::Result<Response> {
+    let again = req.try_clone();
+    match req.send().await {
+        Err(e) if closed_before_answer(&e) => match again {
+            Some(r) => {
+                tracing::debug!(error = %e, "connection closed before the answer; sending again");
+                r.send().await
+            }
+            None => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// A request error where the peer closed or reset the connection before
+/// any byte of the answer was parsed.
+fn closed_before_answer(e: &reqwest::Error) -> bool {
+    if e.is_connect() || e.is_timeout() || !e.is_request() {
+        return false;
+    }
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            return h.is_incomplete_message() || h.is_canceled() || h.is_closed();
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            return matches!(
+                io.kind(),
+                K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof
+            );
+        }
+        src = s.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that answers the first request of each connection (keeping
+    /// it open, no `connection: close`) and closes the connection when the
+    /// second request arrives, without answering it.
+    async fn closing_server() -> (String, Arc<AtomicU32>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/search", l.local_addr().unwrap());
+        let answered = Arc::new(AtomicU32::new(0));
+        let a = answered.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let a = a.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    for n in 0.. {
+                        // Read one request head (these requests have no body).
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            let mut c = [0u8; 4096];
+                            match s.read(&mut c).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(k) => buf.extend_from_slice(&c[..k]),
+                            }
+                        }
+                        buf.clear();
+                        if n == 1 {
+                            return; // closed under the request
+                        }
+                        a.fetch_add(1, Ordering::Relaxed);
+                        let body = b"[]";
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = s.write_all(head.as_bytes()).await;
+                        let _ = s.write_all(body).await;
+                    }
+                });
+            }
+        });
+        (url, answered)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_on_a_connection_closed_under_it_is_sent_again() {
+        let (url, answered) = closing_server().await;
+        let c = client(None).unwrap();
+        for i in 0..20 {
+            let r = send(c.get(&url)).await;
+            let r = r.unwrap_or_else(|e| panic!("request {i}: {e}"));
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.bytes().await.unwrap(), "[]");
+        }
+        assert_eq!(answered.load(Ordering::Relaxed), 20);
+        // Without the second try the same pattern fails.
+        let (url, _) = closing_server().await;
+        let c = client(None).unwrap();
+        c.get(&url).send().await.unwrap().bytes().await.unwrap();
+        assert!(c.get(&url).send().await.is_err());
+    }
+}
