@@ -8,7 +8,8 @@
 //! in the shape of `serve`'s (`citestream ext-proc: listening on
 //! grpc://ADDR (metrics: http://ADDR/metrics | off, search: …, quota: …,
 //! auth: …)`), logs JSON lines on standard output, and serves until
-//! SIGTERM or SIGINT, then lets open streams finish. Exit status 2 for a
+//! SIGTERM or SIGINT, then lets open streams finish; SIGHUP reloads the
+//! config file (the log level too). Exit status 2 for a
 //! usage or config error (an address that cannot be bound too), 1 when
 //! the server fails while running.
 
@@ -18,6 +19,7 @@ use citestream_ext_proc::Server;
 
 use crate::Failure;
 use crate::process::ServerArgs;
+use citestream_host::reload::{Reloader, Signal};
 
 /// The flags of `ext-proc`.
 #[derive(Debug, clap::Args)]
@@ -38,7 +40,7 @@ pub(crate) fn run(args: ExtProcArgs) -> Result<(), Failure> {
     }
     let telemetry = crate::process::telemetry(&cfg)?;
     let result = crate::process::runtime()?.block_on(async {
-        let stop = crate::process::shutdown_signal();
+        let mut signals = crate::process::signals();
         let server = Server::bind(&cfg)
             .await
             .map_err(|e| Failure::Usage(e.to_string()))?;
@@ -58,6 +60,19 @@ pub(crate) fn run(args: ExtProcArgs) -> Result<(), Failure> {
         );
         let _ = out.flush();
         drop(out);
+        let set_level = telemetry.level_control();
+        let reload = server
+            .reload_task(Reloader::new(cfg.clone(), args.server.loader()), move |c| {
+                set_level(c.log.level)
+            });
+        let stop = async move {
+            loop {
+                match signals.recv().await {
+                    Some(Signal::Reload) => reload(),
+                    _ => return,
+                }
+            }
+        };
         server
             .run(stop)
             .await

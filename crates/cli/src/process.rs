@@ -1,6 +1,6 @@
 //! Process-level concerns of the `citestream` binary, shared by its two
 //! long-running subcommands (`serve`, `ext-proc`): when to stop (SIGTERM
-//! or SIGINT), their shared flags, and where log lines go (JSON lines on
+//! or SIGINT) and when to reload (SIGHUP), their shared flags, and where log lines go (JSON lines on
 //! standard output for the servers, through `citestream_host::telemetry`;
 //! plain warnings on standard error for `search`). The
 //! libraries (`citestream-gateway`, `citestream-ext-proc`) take a shutdown
@@ -8,7 +8,8 @@
 
 use std::path::PathBuf;
 
-use citestream_host::config::Config;
+use citestream_host::config::{Config, ConfigError};
+use citestream_host::reload::Signal;
 use citestream_host::telemetry::Telemetry;
 
 use crate::Failure;
@@ -28,13 +29,22 @@ pub(crate) struct ServerArgs {
 impl ServerArgs {
     /// The config file (or the defaults) with `--listen` applied.
     pub(crate) fn load(&self) -> Result<Config, Failure> {
-        let mut cfg =
-            Config::load(self.config.as_deref()).map_err(|e| Failure::Usage(e.to_string()))?;
-        if let Some(addr) = &self.listen {
-            cfg.set_listen(addr)
-                .map_err(|e| Failure::Usage(e.to_string()))?;
+        (self.loader())().map_err(|e| Failure::Usage(e.to_string()))
+    }
+
+    /// Loads the config as at start-up, `--listen` applied: what a SIGHUP
+    /// reload reads.
+    pub(crate) fn loader(
+        &self,
+    ) -> impl Fn() -> Result<Config, ConfigError> + Send + Sync + 'static {
+        let (config, listen) = (self.config.clone(), self.listen.clone());
+        move || {
+            let mut cfg = Config::load(config.as_deref())?;
+            if let Some(addr) = &listen {
+                cfg.set_listen(addr)?;
+            }
+            Ok(cfg)
         }
-        Ok(cfg)
     }
 }
 
@@ -64,35 +74,38 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .map_err(|e| Failure::Usage(format!("cannot start the runtime: {e}")))
 }
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C). The handlers are installed
-/// when this is called (inside the runtime, before the banner is printed),
-/// not when the future is first polled: a signal sent as soon as the
-/// server answers is never the default action (death by signal).
-pub(crate) fn shutdown_signal() -> impl Future<Output = ()> + Send {
+/// The signals a server acts on (SIGTERM, SIGINT, SIGHUP), as they
+/// arrive. The handlers are installed when this is called (inside the
+/// runtime, before the banner is printed), not when the receiver is first
+/// polled: a signal sent as soon as the server answers is never the
+/// default action (death by signal).
+pub(crate) fn signals() -> tokio::sync::mpsc::Receiver<Signal> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let term = signal(SignalKind::terminate()).ok();
-        let int = signal(SignalKind::interrupt()).ok();
-        async move {
-            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
-                match s {
-                    Some(mut s) => {
-                        s.recv().await;
+        for (kind, sig) in [
+            (SignalKind::terminate(), Signal::Terminate),
+            (SignalKind::interrupt(), Signal::Interrupt),
+            (SignalKind::hangup(), Signal::Reload),
+        ] {
+            let Ok(mut s) = signal(kind) else { continue };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while s.recv().await.is_some() {
+                    if tx.send(sig).await.is_err() {
+                        return;
                     }
-                    None => std::future::pending::<()>().await,
                 }
-            };
-            tokio::select! {
-                () = wait(term) => {},
-                () = wait(int) => {},
-            }
+            });
         }
     }
     #[cfg(not(unix))]
-    async {
+    tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
-    }
+        let _ = tx.send(Signal::Interrupt).await;
+    });
+    rx
 }
 
 /// Installs the servers' logs (JSON lines on standard output, at

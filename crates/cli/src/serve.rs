@@ -4,7 +4,8 @@
 //! `--listen` over the file and the `CITESTREAM_*` overrides, binds, prints
 //! the address and one ready-to-paste request on standard output, then
 //! serves (one JSON log line per request on standard output) until
-//! SIGTERM/SIGINT, drains, and exits 0.
+//! SIGTERM/SIGINT, drains, and exits 0. SIGHUP reloads the config file
+//! (with `--listen` applied again; the log level too).
 //!
 //! Exit status 2 on a start-up error (bad flag, config, or address), with
 //! one line on standard error naming the flag, key or variable at fault.
@@ -14,8 +15,10 @@ use std::io::Write;
 use citestream_gateway::Gateway;
 
 use crate::Failure;
-use crate::process::{ServerArgs, shutdown_signal};
+use crate::process::{ServerArgs, signals};
 use citestream_host::config::{Config, ConfigError};
+use citestream_host::reload::Reloader;
+use citestream_host::telemetry::Telemetry;
 
 /// The flags of `serve`.
 #[derive(Debug, clap::Args)]
@@ -28,13 +31,14 @@ pub(crate) struct ServeArgs {
 pub(crate) fn run(args: ServeArgs) -> Result<(), Failure> {
     let cfg = args.server.load()?;
     let telemetry = crate::process::telemetry(&cfg)?;
-    let result = crate::process::runtime()?.block_on(serve(cfg));
+    let reloader = Reloader::new(cfg.clone(), args.server.loader());
+    let result = crate::process::runtime()?.block_on(serve(cfg, reloader, &telemetry));
     telemetry.shutdown();
     result.map_err(|e| Failure::Usage(e.to_string()))
 }
 
-async fn serve(cfg: Config) -> Result<(), ConfigError> {
-    let stop = shutdown_signal();
+async fn serve(cfg: Config, reloader: Reloader, telemetry: &Telemetry) -> Result<(), ConfigError> {
+    let signals = signals();
     let gateway = Gateway::new(&cfg).await?;
     let listener = tokio::net::TcpListener::bind(cfg.server.listen)
         .await
@@ -64,6 +68,9 @@ async fn serve(cfg: Config) -> Result<(), ConfigError> {
     );
     let _ = out.flush();
     drop(out);
-    gateway.serve(listener, stop).await;
+    let set_level = telemetry.level_control();
+    gateway
+        .run(listener, signals, reloader, move |c| set_level(c.log.level))
+        .await;
     Ok(())
 }

@@ -66,6 +66,7 @@ use std::time::Duration;
 
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
+use citestream_host::reload::{Reloader, rebuild_grounding};
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -137,6 +138,37 @@ impl Server {
             grounding,
             grace: cfg.server.shutdown_grace,
         })
+    }
+
+    /// Reloads the config with `reloader` (see
+    /// [`citestream_host::reload`]): new streams use the new request side
+    /// once it is built; open ones finish with theirs, and `applied` is
+    /// called with the new config (the process's log level). A file that
+    /// does not load or build is logged and the old config stays.
+    pub fn reload_task(
+        &self,
+        reloader: Reloader,
+        applied: impl Fn(&Config) + Send + Sync + 'static,
+    ) -> impl Fn() + Send + Sync + 'static {
+        let swap = self.processor.grounding().clone();
+        let reloader = Arc::new(reloader);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+        tokio::spawn(async move {
+            while rx.recv().await.is_some() {
+                let old = swap.load();
+                let built = reloader
+                    .reload(move |old_cfg, new_cfg| rebuild_grounding(&old, old_cfg, new_cfg))
+                    .await;
+                if let Some((g, cfg)) = built {
+                    swap.store(Arc::new(g));
+                    applied(&cfg);
+                }
+            }
+        });
+        // One waiting reload covers every request before it.
+        move || {
+            let _ = tx.try_send(());
+        }
     }
 
     /// The address it listens on.

@@ -13,6 +13,10 @@
 //!   `CITESTREAM_REDIS_URL`, when set (even to ""), replace `server.listen`,
 //!   `upstream.base_url` and `quota.redis_url`; a `--listen` flag is applied
 //!   by the caller afterwards ([`Config::set_listen`]).
+//! * Relative paths in a file (`search.local.path`, `search.static.path`)
+//!   resolve against the folder of that file, not the working directory
+//!   ([`Config::resolve_paths`]); the embedded defaults (no file) keep
+//!   theirs relative to the working directory.
 //! * Durations are written `"30s"`, `"500ms"`, `"2m"`; sizes `"32MiB"`,
 //!   `"64KiB"`, `"1MB"` or a plain number of bytes.
 //! * Every error is a [`ConfigError`] whose `Display` is one line naming
@@ -41,7 +45,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use citestream::request::{InjectOptions, Placement};
+use citestream::request::{InjectOptions, PLACEHOLDERS, Placement, Template};
 use citestream::{Dialect, OffsetUnit, RewriteOptions};
 use serde::Deserialize;
 
@@ -69,6 +73,8 @@ pub struct Config {
     pub search: SearchConfig,
     /// `[rewrite]`.
     pub rewrite: RewriteConfig,
+    /// `[inject]`.
+    pub inject: InjectConfig,
     /// `[quota]`.
     pub quota: QuotaConfig,
     /// `[auth]`.
@@ -155,6 +161,11 @@ pub struct ServerConfig {
     /// How long open streams may run on after SIGTERM/SIGINT. Default 30 s.
     #[serde(with = "units::duration")]
     pub shutdown_grace: Duration,
+    /// After SIGTERM: `/readyz` answers 503 this long, everything still
+    /// served, before the listener closes (so a load balancer's probe
+    /// sees it). Default 0 s.
+    #[serde(with = "units::duration")]
+    pub drain_delay: Duration,
     /// Largest request body; larger is a 413. Default 32 MiB.
     pub max_request_body: ByteSize,
     /// How long a client may take to send a request's headers (slow
@@ -169,6 +180,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             shutdown_grace: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
             max_request_body: ByteSize(32 << 20),
             header_read_timeout: Duration::from_secs(10),
         }
@@ -324,6 +336,50 @@ impl Default for RewriteConfig {
     }
 }
 
+/// `inject.placement`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementName {
+    /// In front of the last user message.
+    #[default]
+    User,
+    /// A system message (chat) / appended to `system` (messages).
+    System,
+}
+
+/// `[inject]`: where the sources block goes and what it says (the
+/// defaults are [`Template::default`]'s).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct InjectConfig {
+    /// `user | system`.
+    pub placement: PlacementName,
+    /// Text before the first source.
+    pub header: String,
+    /// One source, with the placeholders of
+    /// [`citestream::request::PLACEHOLDERS`] (`{n}`, `{title}`, …); any
+    /// other `{name}` is a start-up error.
+    pub source: String,
+    /// Between two sources.
+    pub separator: String,
+    /// After the last source.
+    pub footer: String,
+}
+
+impl Default for InjectConfig {
+    fn default() -> Self {
+        let t = Template::default();
+        InjectConfig {
+            placement: PlacementName::User,
+            header: t.header,
+            source: t.source,
+            separator: t.separator,
+            footer: t.footer,
+        }
+    }
+}
+
 /// `quota.store`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -337,7 +393,7 @@ pub enum StoreName {
 }
 
 /// `[quota]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct QuotaConfig {
@@ -630,6 +686,13 @@ impl Config {
         self.ext_proc.metrics_addr()?;
         check_base_url(&self.log.otlp_endpoint)
             .map_err(|m| ConfigError::new("log.otlp_endpoint", m))?;
+        if let Some(p) = self.inject_options().template.unknown_placeholder() {
+            let known: Vec<String> = PLACEHOLDERS.iter().map(|n| format!("{{{n}}}")).collect();
+            return Err(ConfigError::new(
+                "inject.source",
+                format!("unknown placeholder {p} (known: {})", known.join(" ")),
+            ));
+        }
         crate::auth::Accounts::from_config(self).map(drop)
     }
 
@@ -651,13 +714,21 @@ impl Config {
         o
     }
 
-    /// How sources are put in front of the model: the default template,
-    /// prepended to the last user message (docs/reference/request.md).
+    /// How sources are put in front of the model, from `[inject]`.
     #[must_use]
     pub fn inject_options(&self) -> InjectOptions {
+        let i = &self.inject;
         InjectOptions {
-            placement: Placement::UserMessage,
-            ..InjectOptions::default()
+            placement: match i.placement {
+                PlacementName::User => Placement::UserMessage,
+                PlacementName::System => Placement::System,
+            },
+            template: Template {
+                header: i.header.clone(),
+                source: i.source.clone(),
+                separator: i.separator.clone(),
+                footer: i.footer.clone(),
+            },
         }
     }
 }

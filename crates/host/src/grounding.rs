@@ -228,6 +228,24 @@ impl Grounding {
         })
     }
 
+    /// The request side of a reloaded `cfg` (accounts and keys, plans,
+    /// search provider, inject and rewrite options all `cfg`'s), keeping
+    /// this one's metrics registry and clock, and its quota store when
+    /// `keep_store` (the counts survive; see
+    /// [`crate::reload::keep_store`]). A local index is built here: call
+    /// it off the serving path.
+    ///
+    /// # Errors
+    /// As [`Grounding::new`].
+    pub async fn reloaded(&self, cfg: &Config, keep_store: bool) -> Result<Grounding, ConfigError> {
+        let mut g = Grounding::with_clock(cfg, self.clock.0.clone()).await?;
+        g.metrics = self.metrics.clone();
+        if keep_store {
+            g.store = self.store.clone();
+        }
+        Ok(g)
+    }
+
     /// The TLS trust of `[tls]` ([`crate::tls`]), for the host's own
     /// outgoing clients (the gateway's upstream).
     #[must_use]

@@ -13,6 +13,7 @@
 //!   Anthropic);
 //! * [`metrics`]: the Prometheus registry;
 //! * [`telemetry`]: JSON log lines and OpenTelemetry traces (`[log]`).
+//! * [`reload`]: the config reloaded on SIGHUP while serving.
 //!
 //! Hosts pass `http::HeaderMap`s (or raw header values) and `Bytes`; they
 //! own the server, the upstream connection and the response path, which
@@ -44,6 +45,7 @@ pub mod errors;
 pub mod exchange;
 pub mod grounding;
 pub mod metrics;
+pub mod reload;
 pub mod store;
 pub mod telemetry;
 pub mod tls;

@@ -128,6 +128,18 @@ impl Telemetry {
         }
     }
 
+    /// [`Telemetry::set_level`] as a function that outlives a borrow of
+    /// `self` (a config reload's hook).
+    #[must_use]
+    pub fn level_control(&self) -> impl Fn(LogLevel) + Send + Sync + 'static {
+        let handle = self.level.clone();
+        move |level| {
+            if let Some(h) = &handle {
+                let _ = h.reload(level_filter(level));
+            }
+        }
+    }
+
     /// Sends the spans still queued (waiting a few seconds at most).
     pub fn shutdown(self) {
         if let Some(p) = self.provider {

@@ -121,6 +121,7 @@ class ExtProc(_Proc):
                            "citestream-ext-proc-", env)
         p = cls(proc, port, tmp)
         p.metrics_port = metrics_port
+        p.config_path = cfg  # rewritten by reload tests (SIGHUP)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
