@@ -130,7 +130,6 @@ impl Telemetry {
 
     /// [`Telemetry::set_level`] as a function that outlives a borrow of
     /// `self` (a config reload's hook).
-    #[must_use]
     pub fn level_control(&self) -> impl Fn(LogLevel) + Send + Sync + 'static {
         let handle = self.level.clone();
         move |level| {
