@@ -121,4 +121,4 @@ def test_a_bad_inject_table_is_a_start_up_error(tmp_path, inject, key):
                        capture_output=True, timeout=30)
     assert p.returncode == 2
     lines = p.stderr.decode().strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"citestream serve: {key}: "), lines
+    assert len(lines) == 1 and lines[0].startswith(f"citestream: {key}: "), lines
