@@ -151,3 +151,18 @@ def test_quota_follows_the_upstream_status(cs, tmp_path, replay_server):
     p, status = _ask(g, replay_server.url, "replay:lisbon")
     assert status == 200 and p.remaining == 0
     assert g.prepare(BODY).search == "quota-exhausted"
+
+
+def test_responses_endpoint(cs, tmp_path):
+    """`prepare(..., endpoint="responses")`: a `/v1/responses` body is
+    grounded like the gateway grounds it (the sources in `input`), and the
+    response side is the Responses rewriter."""
+    g = _grounding(cs, tmp_path, {"search": {"provider": "static", "static": {"path": str(SOURCES)}}})
+    p = g.prepare(json.dumps({"model": "m", "input": "Lisbon weather?", "web_search": True}).encode(),
+                  endpoint="responses")
+    assert (p.search, p.endpoint, len(p.sources)) == ("injected", "responses", 3)
+    sent = json.loads(p.body)
+    assert "web_search" not in sent and "[1] Lisbon weather" in json.dumps(sent["input"])
+    assert type(p.rewriter()).__name__ == "ResponsesRewriter"
+    assert p.on_response(200)["x-citestream-search"] == "injected"
+    assert p.remaining == 99
