@@ -19,6 +19,13 @@
 //!   answered; Python async hosts call it through `asyncio.to_thread`. It
 //!   returns a `Grounded` or raises `RequestError` (status 400 or 401, the
 //!   error body in the endpoint's shape).
+//! * A `Grounded` holds its [`Exchange`] until the host says how the
+//!   upstream answered: `on_response(status, headers)`
+//!   ([`Exchange::on_response_headers`]: the search committed on a 2xx
+//!   status, released otherwise), `on_error(kind)` ([`Exchange::on_error`]:
+//!   released) or `release()` (dropped: released). A `Grounded` collected
+//!   before any of them drops its exchange, which releases the search. No
+//!   quota rule is written here: the exchange decides.
 //! * The runtime is multi-threaded (one worker) so background tasks of the
 //!   Redis connection keep running between calls, and `prepare` may be
 //!   called from several threads at once.
@@ -213,7 +220,10 @@ pub(crate) struct Grounded {
 
 impl Grounded {
     fn take(&self) -> Option<Exchange> {
-        self.exchange.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.exchange
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Drops the exchange inside the runtime (a reserved search is
