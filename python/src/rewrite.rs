@@ -183,17 +183,23 @@ struct Stream<R> {
 }
 
 impl<R: StreamRewriter + Send> Stream<R> {
+    /// The error for a feed after `finish()`.
+    fn open(&self, method: &str) -> PyResult<()> {
+        if self.finished {
+            return Err(CitestreamError::new_err(format!(
+                "{method}() after finish(): the rewriter is done"
+            )));
+        }
+        Ok(())
+    }
+
     fn feed<'py>(
         &mut self,
         py: Python<'py>,
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let input = bytes_arg(data, "data")?;
-        if self.finished {
-            return Err(CitestreamError::new_err(
-                "feed() after finish(): the rewriter is done",
-            ));
-        }
+        self.open("feed")?;
         let out = drive(py, &mut self.inner, Some(input));
         Ok(PyBytes::new(py, &out))
     }
@@ -215,11 +221,7 @@ impl<R: StreamRewriter + Send> Stream<R> {
         chunk: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let json = bytes_arg(chunk, "chunk")?;
-        if self.finished {
-            return Err(CitestreamError::new_err(
-                "feed_chunk() after finish(): the rewriter is done",
-            ));
-        }
+        self.open("feed_chunk")?;
         let mut event = Vec::with_capacity(json.len() + 8);
         event.extend_from_slice(b"data: ");
         event.extend_from_slice(&json);
