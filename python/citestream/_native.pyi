@@ -1,6 +1,6 @@
 """Type stubs of the native module `citestream._native` (Rust, PyO3)."""
 
-from typing import Iterable, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 __version__: str
 
@@ -69,6 +69,11 @@ class ChatRewriter:
         `TypeError` for non-bytes, `CitestreamError` after `finish()`."""
     def finish(self) -> bytes:
         """The rest of the output; a second call returns `b""`."""
+    def feed_chunk(self, chunk: BytesLike) -> List[bytes]:
+        """One chunk's JSON in; the JSON of each chunk to emit in its place
+        (the input itself when unchanged)."""
+    def finish_chunks(self) -> List[bytes]:
+        """The JSON of the chunks still to emit; a second call returns `[]`."""
     @property
     def sources_emitted(self) -> bool: ...
 
@@ -87,6 +92,8 @@ class MessagesRewriter:
     ) -> None: ...
     def feed(self, data: BytesLike) -> bytes: ...
     def finish(self) -> bytes: ...
+    def feed_chunk(self, chunk: BytesLike) -> List[bytes]: ...
+    def finish_chunks(self) -> List[bytes]: ...
     @property
     def sources_emitted(self) -> bool: ...
 
@@ -105,6 +112,8 @@ class ResponsesRewriter:
     ) -> None: ...
     def feed(self, data: BytesLike) -> bytes: ...
     def finish(self) -> bytes: ...
+    def feed_chunk(self, chunk: BytesLike) -> List[bytes]: ...
+    def finish_chunks(self) -> List[bytes]: ...
     @property
     def sources_emitted(self) -> bool: ...
 
@@ -189,6 +198,17 @@ class Grounded:
     def rewriter(self) -> Optional[Union[ChatRewriter, MessagesRewriter, ResponsesRewriter]]:
         """A new streaming rewriter for the response, or None without sources."""
     def rewrite_body(self, body: BytesLike) -> bytes: ...
+    def on_response(
+        self, status: int, headers: Optional[Union[Mapping[str, str], Iterable[Tuple[str, str]]]] = None
+    ) -> Dict[str, str]:
+        """The upstream answered `status`: the search is committed on a 2xx
+        status, released otherwise. Returns the response header edits."""
+    def on_error(
+        self, kind: Literal["refused", "tls", "timeout", "broken"] = "refused", detail: str = ""
+    ) -> Optional[Tuple[int, bytes]]:
+        """No response headers: the search is released. Returns the 502/504."""
+    def release(self) -> None:
+        """The client left: the search is released."""
 
 class Grounding:
     """The request side of a `citestream serve` config file (TOML): auth,

@@ -21,15 +21,23 @@ What runs where (every decision is made by the Rust crates, through
   with a `web_search` member goes through `Grounding.prepare` on a worker
   thread: `web_search` validated (anything but a boolean: a 400 in the
   proxy's OpenAI error shape, `param` = `web_search`) and removed, the
-  daily quota reserved, the configured provider searched, the quota
-  committed or released, the numbered sources injected into `messages`.
-  The request then goes upstream without `web_search`.
+  daily quota reserved, the configured provider searched, the numbered
+  sources injected into `messages`. The request then goes upstream without
+  `web_search`. The search stays reserved until the upstream answers.
+* Quota: the exchange in Rust (`Grounded.on_response`) commits the search
+  when the upstream accepted the request (the success hook, or the
+  streaming hook, which LiteLLM calls once the upstream's stream began)
+  and releases it on `async_post_call_failure_hook` (an upstream error
+  status: the exception's `status_code`; no answer at all: `on_error`). A
+  `Grounded` never answered (evicted from the pending table, collected)
+  releases its search.
 * `async_post_call_streaming_iterator_hook`: each chunk object LiteLLM
-  yields is serialized (`model_dump_json`, as the proxy does), framed as
-  one SSE event and fed to the core's streaming rewriter; an event the
-  rewriter returns unchanged is passed on as the same object, a modified or
-  synthesized one (the annotations chunk, the finish chunk with `sources` /
-  `citations`) becomes a new `ModelResponseStream`. Only objects are
+  yields is serialized (`model_dump_json`, as the proxy does) and handed to
+  the core's streaming rewriter as JSON (`feed_chunk`), which returns the
+  JSON of the chunks to emit: one equal to the input is passed on as the
+  same object, a modified or synthesized one (the annotations chunk, the
+  finish chunk with `sources` / `citations`) becomes a new
+  `ModelResponseStream`. No SSE is framed or split in Python. Only objects are
   yielded for chat: the proxy treats a yielded `str` as an error message.
   On `/v1/messages` the proxy streams the provider's native SSE bytes:
   they go through the messages rewriter as bytes (`sources` on
@@ -121,11 +129,23 @@ class CitestreamCallback(CustomLogger):
         return self._pending.pop(key, None) if key else None
 
     async def async_post_call_failure_hook(self, request_data, original_exception, user_api_key_dict, traceback_str=None):
-        self._take(request_data)
+        # The upstream refused (its status, when LiteLLM kept it) or never
+        # answered: the exchange releases the reserved search.
+        prepared = self._take(request_data)
+        if prepared is None:
+            return
+        status = getattr(original_exception, "status_code", None)
+        if isinstance(status, int) and 100 <= status <= 999:
+            await asyncio.to_thread(prepared.on_response, status)
+        else:
+            await asyncio.to_thread(prepared.on_error, "broken", type(original_exception).__name__)
 
     # ---- response side --------------------------------------------------
     async def async_post_call_streaming_iterator_hook(self, user_api_key_dict, response, request_data: dict) -> AsyncGenerator[Any, None]:
         prepared = self._take(request_data)
+        if prepared is not None:
+            # LiteLLM hands over the stream once the upstream accepted it.
+            await asyncio.to_thread(prepared.on_response, 200)
         rewriter = prepared.rewriter() if prepared is not None else None
         if rewriter is None:
             async for item in response:
@@ -142,18 +162,19 @@ class CitestreamCallback(CustomLogger):
                 continue
             for out in rewrite_chunk(rewriter, item):
                 yield out
-        rest = rewriter.finish()
         if raw:
+            rest = rewriter.finish()
             if rest:
                 yield rest
             return
-        for out in _objects(rest, None):
-            yield out
+        for out in rewriter.finish_chunks():
+            yield _chunk_object(out)
 
     async def async_post_call_success_hook(self, data: dict, user_api_key_dict, response):
         prepared = self._take(data)
         if prepared is None:
             return response
+        await asyncio.to_thread(prepared.on_response, 200)
         if isinstance(response, dict):  # /v1/messages answers as a dict
             raw = json.dumps(response).encode()
             out = prepared.rewrite_body(raw)
@@ -193,36 +214,21 @@ def _chunk(obj: dict) -> ModelResponseStream:
 
 
 def rewrite_chunk(rewriter, item: Any) -> list:
-    """Feeds one LiteLLM stream item to `rewriter` and returns the objects
-    to yield in its place (usually `[item]` itself)."""
+    """Feeds one LiteLLM stream item to `rewriter` (its JSON, through
+    `feed_chunk`) and returns the objects to yield in its place (usually
+    `[item]` itself: a chunk the rewriter left unchanged)."""
     if isinstance(item, ModelResponseStream):
-        event = b"data: " + item.model_dump_json(exclude_none=True, exclude_unset=True).encode() + b"\n\n"
+        data = item.model_dump_json(exclude_none=True, exclude_unset=True).encode()
     elif isinstance(item, dict):
-        event = b"data: " + json.dumps(item).encode() + b"\n\n"
+        data = json.dumps(item).encode()
     else:
         return [item]  # not a chunk we can read: passed on untouched
-    return _objects(rewriter.feed(event), (event, item))
+    return [item if out == data else _chunk_object(out) for out in rewriter.feed_chunk(data)]
 
 
-def _objects(out: bytes, original) -> list:
-    """The chunk objects of the rewriter's output `out` (complete `data:`
-    events, LF-framed, as we fed them); an event equal to the one fed is
-    the original object."""
-    objs = []
-    for ev in out.split(b"\n\n"):
-        if not ev:
-            continue
-        if original is not None and ev + b"\n\n" == original[0]:
-            objs.append(original[1])
-            continue
-        data = b"\n".join(line[5:].lstrip(b" ") if line.startswith(b"data:") else b""
-                          for line in ev.split(b"\n") if line.startswith(b"data:"))
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            continue  # [DONE] or a comment: the proxy writes its own
-        objs.append(_chunk(obj) if isinstance(obj, dict) else obj)
-    return objs
+def _chunk_object(data: bytes):
+    obj = json.loads(data)
+    return _chunk(obj) if isinstance(obj, dict) else obj
 
 
 def _proxy_error(e: RequestError) -> Exception:

@@ -19,6 +19,13 @@
 //!   answered; Python async hosts call it through `asyncio.to_thread`. It
 //!   returns a `Grounded` or raises `RequestError` (status 400 or 401, the
 //!   error body in the endpoint's shape).
+//! * A `Grounded` holds its [`Exchange`] until the host says how the
+//!   upstream answered: `on_response(status, headers)`
+//!   ([`Exchange::on_response_headers`]: the search committed on a 2xx
+//!   status, released otherwise), `on_error(kind)` ([`Exchange::on_error`]:
+//!   released) or `release()` (dropped: released). A `Grounded` collected
+//!   before any of them drops its exchange, which releases the search. No
+//!   quota rule is written here: the exchange decides.
 //! * The runtime is multi-threaded (one worker) so background tasks of the
 //!   Redis connection keep running between calls, and `prepare` may be
 //!   called from several threads at once.
@@ -30,9 +37,12 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use std::sync::Mutex;
+
 use citestream::RewriteOptions;
 use citestream::flow::ResponsePlan;
 use citestream_host::config::Config;
+use citestream_host::exchange::{Exchange, FailureClass, RequestHead};
 
 use crate::errors::{ConfigError, RequestError, bytes_arg};
 use crate::rewrite::{PySources, endpoint_arg, rewriter_object};
@@ -73,12 +83,16 @@ impl Grounding {
     }
 
     /// Runs the request side of one request body: auth (from `headers`),
-    /// `web_search` validation and removal, quota, search, injection.
+    /// `web_search` validation and removal, quota, search, injection —
+    /// [`citestream_host::exchange::Exchange::on_request`].
     ///
     /// `headers` is a dict or a list of `(name, value)` pairs (only
     /// `authorization` / `x-api-key` matter, in `auth.mode = "keys"`).
     /// Raises `RequestError` (`.status` 400 or 401, `.body` the error JSON
     /// of the endpoint) when the request must be answered with an error.
+    /// A search the sources used stays reserved until
+    /// `Grounded.on_response` / `on_error` / `release` (or the `Grounded`
+    /// is garbage-collected: released).
     #[pyo3(signature = (body, *, endpoint = "chat", headers = None))]
     fn prepare(
         &self,
@@ -90,48 +104,45 @@ impl Grounding {
         let body = bytes_arg(body, "body")?;
         let ep = endpoint_arg(endpoint)?;
         let headers = header_map(headers)?;
-        let g = self.inner.clone();
+        let head = RequestHead::new(http::Method::POST, ep.path(), headers);
+        let mut ex = Exchange::new(self.inner.clone(), head);
         let r = py.detach(|| {
-            self.rt.block_on(async {
-                let mut r = g.prepare(ep, &headers, body).await;
-                // The callback does not see the upstream's status yet: the
-                // search counts as soon as the sources are injected.
-                let pending = r.as_mut().ok().and_then(|p| p.pending.take());
-                if let Some(s) = pending {
-                    let _ = s.commit().await;
-                }
-                r
-            })
+            let _guard = self.rt.enter(); // a rejected exchange drops here
+            self.rt.block_on(ex.on_request(Some(body))).map(|f| (f, ex))
         });
         match r {
-            Ok(p) => Ok(Grounded {
-                body: PyBytes::new(py, &p.body).unbind(),
-                search: p.search_header(),
-                remaining: p.remaining,
-                account: p.account,
-                stream: p.stream,
-                sources: p
-                    .plan
-                    .as_ref()
-                    .map(|plan| {
-                        Py::new(
-                            py,
-                            PySources {
-                                inner: plan.sources.clone(),
-                            },
-                        )
-                    })
-                    .transpose()?,
-                plan: p.plan,
-                opts: self.inner.rewrite_options().clone(),
-            }),
+            Ok((fwd, ex)) => {
+                let plan = ex.plan().cloned();
+                Ok(Grounded {
+                    body: PyBytes::new(py, &fwd.body.unwrap_or_default()).unbind(),
+                    search: ex.outcome().map_or("not-requested", |o| o.as_str()),
+                    account: ex.account().to_owned(),
+                    stream: ex.stream(),
+                    sources: plan
+                        .as_ref()
+                        .map(|plan| {
+                            Py::new(
+                                py,
+                                PySources {
+                                    inner: plan.sources.clone(),
+                                },
+                            )
+                        })
+                        .transpose()?,
+                    plan,
+                    opts: self.inner.rewrite_options().clone(),
+                    remaining: Mutex::new(ex.remaining()),
+                    exchange: Mutex::new(Some(ex)),
+                    rt: self.rt.handle().clone(),
+                })
+            }
             Err(e) => {
-                let err = RequestError::new_err(error_message(e.body()));
+                let err = RequestError::new_err(error_message(&e.body));
                 let v = err.value(py);
-                let _ = v.setattr("status", e.status());
-                let _ = v.setattr("body", PyBytes::new(py, e.body()));
-                let _ = v.setattr("message", error_message(e.body()));
-                let _ = v.setattr("param", error_param(e.body()));
+                let _ = v.setattr("status", e.status);
+                let _ = v.setattr("body", PyBytes::new(py, &e.body));
+                let _ = v.setattr("message", error_message(&e.body));
+                let _ = v.setattr("param", error_param(&e.body));
                 Err(err)
             }
         }
@@ -194,12 +205,42 @@ fn header_map(headers: Option<&Bound<'_, PyAny>>) -> PyResult<http::HeaderMap> {
 pub(crate) struct Grounded {
     body: Py<PyBytes>,
     search: &'static str,
-    remaining: Option<u32>,
     account: String,
     stream: bool,
     sources: Option<Py<PySources>>,
     plan: Option<ResponsePlan>,
     opts: RewriteOptions,
+    /// The searches left, as the exchange last said.
+    remaining: Mutex<Option<u32>>,
+    /// The exchange until the upstream answered (or failed); it decides
+    /// the quota.
+    exchange: Mutex<Option<Exchange>>,
+    rt: tokio::runtime::Handle,
+}
+
+impl Grounded {
+    fn take(&self) -> Option<Exchange> {
+        self.exchange
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Drops the exchange inside the runtime (a reserved search is
+    /// released by a task of the quota store).
+    fn end(&self, ex: Exchange) {
+        *self.remaining.lock().unwrap_or_else(|e| e.into_inner()) = ex.remaining();
+        let _guard = self.rt.enter();
+        drop(ex);
+    }
+}
+
+impl Drop for Grounded {
+    fn drop(&mut self) {
+        if let Some(ex) = self.take() {
+            self.end(ex);
+        }
+    }
 }
 
 #[pymethods]
@@ -219,10 +260,81 @@ impl Grounded {
         self.search
     }
 
-    /// The account's searches left today, when a search was asked for.
+    /// The account's searches left today, when a search was asked for
+    /// (a reserved search counts as used; one more after a release).
     #[getter]
     fn remaining(&self) -> Option<u32> {
-        self.remaining
+        *self.remaining.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The upstream answered with `status` (its response headers): the
+    /// exchange commits the reserved search on a 2xx status and releases
+    /// it on any other. Returns the response header edits the exchange
+    /// decided (`x-citestream-search`, `x-citestream-searches-remaining`,
+    /// …) as a dict. A second call does nothing and returns `{}`.
+    #[pyo3(signature = (status, headers = None))]
+    fn on_response<'py>(
+        &self,
+        py: Python<'py>,
+        status: u16,
+        headers: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let headers = header_map(headers)?;
+        let out = PyDict::new(py);
+        let Some(mut ex) = self.take() else {
+            return Ok(out);
+        };
+        let edits = py.detach(|| {
+            let head = self.rt.block_on(ex.on_response_headers(status, &headers));
+            self.end(ex);
+            head.edits
+        });
+        for (k, v) in edits.sets() {
+            out.set_item(k.as_str(), String::from_utf8_lossy(v.as_bytes()))?;
+        }
+        Ok(out)
+    }
+
+    /// The upstream could not be reached or gave no response headers:
+    /// `kind` is `refused`, `tls`, `timeout` or `broken`. The reserved
+    /// search is released. Returns `(status, body)`: the 502/504 the
+    /// gateway would answer, in the endpoint's error shape.
+    #[pyo3(signature = (kind = "refused", detail = ""))]
+    fn on_error<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        detail: &str,
+    ) -> PyResult<Option<(u16, Bound<'py, PyBytes>)>> {
+        let class = match kind {
+            "refused" => FailureClass::Refused,
+            "tls" => FailureClass::Tls,
+            "timeout" => FailureClass::Timeout,
+            "broken" => FailureClass::Broken,
+            _ => {
+                return Err(PyTypeError::new_err(
+                    "kind must be 'refused', 'tls', 'timeout' or 'broken'",
+                ));
+            }
+        };
+        let Some(mut ex) = self.take() else {
+            return Ok(None);
+        };
+        let reply = py.detach(|| {
+            let r = self.rt.block_on(ex.on_error(class, detail));
+            self.end(ex);
+            r
+        });
+        Ok(Some((reply.status, PyBytes::new(py, &reply.body))))
+    }
+
+    /// Ends the exchange without a response (the client left, the call
+    /// was abandoned): a reserved search is released. Does nothing after
+    /// `on_response` / `on_error`.
+    fn release(&self, py: Python<'_>) {
+        if let Some(ex) = self.take() {
+            py.detach(|| self.end(ex));
+        }
     }
 
     /// The account the request counted against.

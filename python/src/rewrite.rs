@@ -173,25 +173,33 @@ fn input_len(input: &Option<Bytes>) -> usize {
     input.as_ref().map_or(0, Bytes::len)
 }
 
-/// The state shared by both streaming classes.
+/// The state shared by the streaming classes.
 #[derive(Debug)]
 struct Stream<R> {
     inner: R,
     finished: bool,
+    /// Reads the output back into events for `feed_chunk`.
+    events: citestream::sse::Parser,
 }
 
 impl<R: StreamRewriter + Send> Stream<R> {
+    /// The error for a feed after `finish()`.
+    fn open(&self, method: &str) -> PyResult<()> {
+        if self.finished {
+            return Err(CitestreamError::new_err(format!(
+                "{method}() after finish(): the rewriter is done"
+            )));
+        }
+        Ok(())
+    }
+
     fn feed<'py>(
         &mut self,
         py: Python<'py>,
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let input = bytes_arg(data, "data")?;
-        if self.finished {
-            return Err(CitestreamError::new_err(
-                "feed() after finish(): the rewriter is done",
-            ));
-        }
+        self.open("feed")?;
         let out = drive(py, &mut self.inner, Some(input));
         Ok(PyBytes::new(py, &out))
     }
@@ -203,6 +211,49 @@ impl<R: StreamRewriter + Send> Stream<R> {
         self.finished = true;
         let out = drive(py, &mut self.inner, None);
         PyBytes::new(py, &out)
+    }
+
+    /// One chunk's JSON in, as one `data:` event; the data of each event
+    /// the rewriter output, `[DONE]` left out (the host writes its own).
+    fn feed_chunk<'py>(
+        &mut self,
+        py: Python<'py>,
+        chunk: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let json = bytes_arg(chunk, "chunk")?;
+        self.open("feed_chunk")?;
+        let mut event = Vec::with_capacity(json.len() + 8);
+        event.extend_from_slice(b"data: ");
+        event.extend_from_slice(&json);
+        event.extend_from_slice(b"\n\n");
+        let out = drive(py, &mut self.inner, Some(Bytes::from(event)));
+        self.chunks(py, out)
+    }
+
+    fn finish_chunks<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        if self.finished {
+            return Ok(PyList::empty(py));
+        }
+        self.finished = true;
+        let out = drive(py, &mut self.inner, None);
+        self.chunks(py, out)
+    }
+
+    fn chunks<'py>(&mut self, py: Python<'py>, out: Vec<u8>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        if out.is_empty() {
+            return Ok(list);
+        }
+        self.events.feed(Bytes::from(out));
+        while let Some(f) = self.events.next_frame() {
+            if let citestream::sse::Frame::Event(e) = f {
+                let data = e.data();
+                if data != b"[DONE]" {
+                    list.append(PyBytes::new(py, data))?;
+                }
+            }
+        }
+        Ok(list)
     }
 }
 
@@ -225,6 +276,7 @@ macro_rules! stream_class {
                     s: Stream {
                         inner,
                         finished: false,
+                        events: citestream::sse::Parser::new(),
                     },
                 }
             }
@@ -261,6 +313,25 @@ macro_rules! stream_class {
             /// call returns `b""`.
             fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
                 self.s.finish(py)
+            }
+
+            /// Feeds one stream chunk given as its JSON (a chat completion
+            /// chunk, a Responses event's data) and returns the JSON of each
+            /// chunk to emit in its place, in order: usually one, the input
+            /// bytes themselves when the rewriter left the chunk unchanged;
+            /// none while it holds one back; more when it adds some.
+            fn feed_chunk<'py>(
+                &mut self,
+                py: Python<'py>,
+                chunk: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyList>> {
+                self.s.feed_chunk(py, chunk)
+            }
+
+            /// Ends a stream fed with `feed_chunk` and returns the JSON of
+            /// the chunks still to emit. A second call returns `[]`.
+            fn finish_chunks<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+                self.s.finish_chunks(py)
             }
 
             /// True once the top-level `sources`/`citations` went out.

@@ -261,3 +261,25 @@ def test_upstream_error_passes_and_the_proxy_keeps_serving(client, proxy, replay
     assert sent and "web_search" not in sent[0]
     _, content, anns = _stream(client)
     assert content == _upstream_content() and [_span(a) for a in anns] == SPANS
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_upstream_error_costs_no_search(quota_proxy, replay, stream):
+    """With one search a day: an upstream 500 and a 502 (LiteLLM's failure
+    hook) give the reserved search back, so the next 200 still gets sources
+    (and costs the one search: the request after it gets none)."""
+    c = openai.OpenAI(base_url=quota_proxy.url + "/v1", api_key=MASTER_KEY, max_retries=0, timeout=60)
+    for model in ("lisbon-500", "lisbon-502"):
+        with pytest.raises(openai.APIStatusError) as e:
+            r = c.chat.completions.create(model=model, stream=stream, extra_body={"web_search": True},
+                                          messages=[{"role": "user", "content": QUESTION}])
+            if stream:
+                list(r)
+        assert e.value.status_code >= 500
+    failed = [x for x in replay.exchanges() if x.path == "/v1/chat/completions"]
+    assert failed and all(x.status >= 500 for x in failed)
+    assert all("[1] Lisbon weather" in json.dumps(x.json()["messages"]) for x in failed)  # searched
+    _, content, anns = _stream(c)
+    assert content == _upstream_content() and [_span(a) for a in anns] == SPANS
+    _, content, anns = _stream(c)
+    assert content == _upstream_content() and anns == []  # the one search is spent

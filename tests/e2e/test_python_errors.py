@@ -108,8 +108,8 @@ def test_request_errors_carry_the_error_body(cs):
         cs.strip(b"{nope")
     with pytest.raises(cs.InjectError, match="no messages array"):
         cs.inject(b'{"model":"m"}', [{"title": "t"}])
-    with pytest.raises(cs.CitestreamError, match="endpoint must be 'chat' or 'messages'"):
-        cs.inspect(b"{}", endpoint="responses")
+    with pytest.raises(cs.CitestreamError, match="endpoint must be 'chat', 'messages' or 'responses'"):
+        cs.inspect(b"{}", endpoint="embeddings")
     with pytest.raises(cs.CitestreamError, match="placement must be"):
         cs.inject(b'{"messages":[]}', [], placement="middle")
     with pytest.raises(TypeError):

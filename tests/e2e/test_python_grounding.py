@@ -103,3 +103,66 @@ def test_http_provider_and_failed_search(cs, tmp_path):
     failed = g.prepare(BODY)
     assert (failed.search, failed.sources) == ("failed", None)
     assert failed.remaining == 99
+
+
+def _ask(g, url, model):
+    """One grounded request sent to the replay upstream at `url` with the
+    exchange told what happened: its status, or that it could not connect."""
+    import httpx
+
+    p = g.prepare(json.dumps({"model": model, "web_search": True,
+                              "messages": [{"role": "user", "content": "Lisbon weather?"}]}).encode())
+    assert p.search == "injected"
+    try:
+        r = httpx.post(url + "/v1/chat/completions", content=p.body,
+                       headers={"content-type": "application/json"}, timeout=30)
+    except httpx.ConnectError as e:
+        status, body = p.on_error("refused", str(e))
+        assert status == 502 and b"connection failed" in body
+        assert p.on_response(200) == {}  # the exchange is over: no second decision
+        return p, None
+    edits = p.on_response(r.status_code, dict(r.headers))
+    assert edits["x-citestream-search"] == "injected"
+    return p, r.status_code
+
+
+def test_quota_follows_the_upstream_status(cs, tmp_path, replay_server):
+    """A search is committed only when the upstream answered 2xx: a 502, a
+    refused connection and a `Grounded` dropped before any response give it
+    back (the quota left says so), a 200 costs one."""
+    import gc
+
+    from harness.procs import free_port
+
+    g = _grounding(cs, tmp_path, {
+        "search": {"provider": "static", "static": {"path": str(SOURCES)}},
+        "plans": {"default": {"searches_per_day": 2}},
+    })
+    p, status = _ask(g, replay_server.url, "replay:lisbon?status=502")
+    assert status == 502 and p.remaining == 2  # released
+    p, status = _ask(g, f"http://127.0.0.1:{free_port()}", "replay:lisbon")
+    assert status is None and p.remaining == 2  # released
+    left = g.prepare(BODY)
+    assert left.remaining == 1  # reserved while it lives
+    del left
+    gc.collect()
+    p, status = _ask(g, replay_server.url, "replay:lisbon")
+    assert status == 200 and p.remaining == 1  # committed (the dropped one was released)
+    p, status = _ask(g, replay_server.url, "replay:lisbon")
+    assert status == 200 and p.remaining == 0
+    assert g.prepare(BODY).search == "quota-exhausted"
+
+
+def test_responses_endpoint(cs, tmp_path):
+    """`prepare(..., endpoint="responses")`: a `/v1/responses` body is
+    grounded like the gateway grounds it (the sources in `input`), and the
+    response side is the Responses rewriter."""
+    g = _grounding(cs, tmp_path, {"search": {"provider": "static", "static": {"path": str(SOURCES)}}})
+    p = g.prepare(json.dumps({"model": "m", "input": "Lisbon weather?", "web_search": True}).encode(),
+                  endpoint="responses")
+    assert (p.search, p.endpoint, len(p.sources)) == ("injected", "responses", 3)
+    sent = json.loads(p.body)
+    assert "web_search" not in sent and "[1] Lisbon weather" in json.dumps(sent["input"])
+    assert type(p.rewriter()).__name__ == "ResponsesRewriter"
+    assert p.on_response(200)["x-citestream-search"] == "injected"
+    assert p.remaining == 99

@@ -40,6 +40,8 @@ MODELS = {
     "gpt41nano": ("openai", "openai_gpt41nano_text_usage"),
     "claude-ping": ("anthropic", "anthropic_basic_ping"),
     "lisbon-400": ("openai", "lisbon?status=400"),
+    "lisbon-500": ("openai", "lisbon?status=500"),
+    "lisbon-502": ("openai", "lisbon?status=502"),
 }
 
 

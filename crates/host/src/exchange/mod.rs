@@ -409,6 +409,38 @@ impl Exchange {
         &self.request_id
     }
 
+    /// Why sources were or were not injected (after [`Exchange::on_request`]
+    /// of a grounded request).
+    #[must_use]
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.outcome
+    }
+
+    /// The account's searches left today, when a search was asked for
+    /// (a reserved search counts as used until it is released).
+    #[must_use]
+    pub fn remaining(&self) -> Option<u32> {
+        self.remaining
+    }
+
+    /// The account the request counts against (after auth).
+    #[must_use]
+    pub fn account(&self) -> &str {
+        &self.account
+    }
+
+    /// The request asked for a streamed response.
+    #[must_use]
+    pub fn stream(&self) -> bool {
+        self.stream
+    }
+
+    /// The response plan: `Some` when sources were injected.
+    #[must_use]
+    pub fn plan(&self) -> Option<&ResponsePlan> {
+        self.plan.as_ref()
+    }
+
     /// Largest request body of a grounded request
     /// (`server.max_request_body`); a larger one is answered with
     /// [`Exchange::request_too_large`].
