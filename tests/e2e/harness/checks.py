@@ -189,3 +189,42 @@ def assert_error_shape(path: str, body: bytes) -> dict:
         assert set(err["error"]) >= {"message", "type", "param", "code"}, err
     assert isinstance(err["error"]["message"], str) and err["error"]["message"], err
     return err
+
+
+def responses_client_body(model: str, stream: bool, items: bool) -> bytes:
+    """A grounded `/v1/responses` request body: `input` a string, or items
+    (an earlier turn, then the question as `input_text` parts)."""
+    if items:
+        inp = ('[{"role": "user", "content": "Earlier question"}, {"role": "assistant", "content": "Earlier answer"},'
+               ' {"type": "message", "role": "user", "content": [{"type": "input_text", "text": %s}]}]'
+               % json.dumps(QUESTION))
+    else:
+        inp = json.dumps(QUESTION)
+    return ('{"model": "%s", "instructions": "Be brief. caf\\u00e9", "input": %s,\n  "web_search" : true, '
+            '"x_unknown": {"k": [1, 2e0]}, "stream": %s}' % (model, inp, json.dumps(stream))).encode()
+
+
+def check_responses_upstream(sent: bytes, received: bytes, sources=SOURCES) -> None:
+    """The upstream got `sent` without `web_search`, the sources injected
+    into the question's text before it (a string `input` stays a string),
+    `instructions` and every other member unchanged."""
+    got, want = json.loads(received), json.loads(sent)
+    assert "web_search" not in got, "web_search reached the upstream"
+    del want["web_search"]
+    assert {k: v for k, v in got.items() if k != "input"} == {k: v for k, v in want.items() if k != "input"}
+    if isinstance(want["input"], str):
+        assert isinstance(got["input"], str), "a string input became items"
+        text = got["input"]
+    else:
+        assert got["input"][:-1] == want["input"][:-1], "earlier items changed"
+        last = got["input"][-1]
+        assert {k: v for k, v in last.items() if k != "content"} == {
+            k: v for k, v in want["input"][-1].items() if k != "content"}
+        assert last["content"][-len(want["input"][-1]["content"]):] == want["input"][-1]["content"]
+        text = "\n".join(p["text"] for p in last["content"] if p.get("type") == "input_text")
+    assert QUESTION in text
+    positions = []
+    for s in sources:
+        assert s["url"] in text and s["text"] in text, f"source {s['url']} not injected: {text!r}"
+        positions.append(text.index(s["url"]))
+    assert positions == sorted(positions) and positions[-1] < text.rindex(QUESTION), text
