@@ -29,28 +29,15 @@ import json
 import httpx
 import openai
 import pytest
-from harness import pyext
-from harness.checks import (QUESTION, SOURCES, assert_error_shape, check_responses_upstream, raw_post,
-                            responses_client_body)
+from harness.checks import (QUESTION, RESPONSES_CASES, SOURCES, assert_error_shape, check_responses_upstream,
+                            raw_post, responses_client_body, responses_expected)
 from harness.replay import RESPONSES_FIXTURES
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 STREAMS = sorted(p.stem for p in RESPONSES_FIXTURES.glob("*.sse"))
-WHOLE = sorted(p.stem for p in RESPONSES_FIXTURES.glob("*.json"))
-# Streams without a final response event have no whole body to fold.
-NO_FINAL = {"openai_gpt4omini_error_event_instead_of_completed"}
-CASES = ([(n, "stream") for n in STREAMS] + [(n, "whole") for n in WHOLE]
-         + [(n, "folded") for n in STREAMS if n not in NO_FINAL and n not in WHOLE])
+CASES = RESPONSES_CASES
 EVENTS = TypeAdapter(ResponseStreamEvent)
-
-
-@pytest.fixture(scope="module")
-def core():
-    """The core's rewriter, through the Python package."""
-    pyext.build()
-    import citestream
-    return citestream
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +54,6 @@ def gateway(serve_module, replay_server, sources_path):
         "search": {"provider": "static", "static": {"path": str(sources_path)}},
         "plans": {"default": {"searches_per_day": 1_000_000}},
     })
-
-
-def expected(core, body: bytes, stream: bool) -> bytes:
-    if not stream:
-        return core.rewrite_body(body, SOURCES, endpoint="responses")
-    rw = core.ResponsesRewriter(SOURCES)
-    return rw.feed(body) + rw.finish()
 
 
 # ---- the demo upstream, through the openai SDK ---------------------------
@@ -143,7 +123,7 @@ def test_demo_whole(demo):
 # ---- every fixture through the replay upstream ---------------------------
 
 @pytest.mark.parametrize("name,mode", CASES, ids=[f"{n}-{m}" for n, m in CASES])
-def test_fixture_raw_bytes_and_upstream_request(core, gateway, replay, name, mode):
+def test_fixture_raw_bytes_and_upstream_request(gateway, replay, name, mode):
     stream = mode == "stream"
     seed = sum(name.encode()) + stream
     items = seed % 2 == 0
@@ -152,7 +132,7 @@ def test_fixture_raw_bytes_and_upstream_request(core, gateway, replay, name, mod
                                      {"authorization": "Bearer sk-client-key", "x-request-id": f"req-{name}"})
     assert status == 200, data[:2000]
     upstream_body, _ = replay.body(name, stream, "/v1/responses")
-    assert data == expected(core, upstream_body, stream)
+    assert data == responses_expected(upstream_body, stream)
     assert headers["x-citestream-search"] == "injected"
     if stream:
         assert headers["content-type"].startswith("text/event-stream")
@@ -213,7 +193,7 @@ def test_input_of_unexpected_shapes(gateway, replay, inp):
     assert data == replay.body("openai_gpt4omini_text_obfuscation", False, "/v1/responses")[0]
 
 
-def test_a_stream_cut_early_gets_no_sources(core, gateway, replay):
+def test_a_stream_cut_early_gets_no_sources(gateway, replay):
     name = "openai_gpt4omini_text_obfuscation"
     full, _ = replay.body(name, True, "/v1/responses")
     cut = full.index(b"event: response.completed")

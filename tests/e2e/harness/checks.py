@@ -20,6 +20,14 @@ Contract
   body), and the exception it raised (type and message), if any.
 * `raw_post(url, body, headers)`: a POST with httpx returning (status,
   headers, the exact body bytes as received, before any content decoding).
+* `responses_client_body(model, stream, items)` /
+  `check_responses_upstream(sent, received)`: the same for `/v1/responses`
+  (a string `input`, or items ending in the question as `input_text`).
+* `RESPONSES_CASES`: (fixture name, `stream` | `whole` | `folded`) for
+  every recorded Responses fixture: each stream streamed, each `.json` body
+  whole, and each stream with a final response event folded whole.
+  `responses_expected(body, stream)`: what the core's Responses rewriter
+  (the Python package, built on first use) writes for `body` over `SOURCES`.
 * `assert_error_shape(path, body)`: `body` is an error in the endpoint's
   shape (OpenAI `{"error":{message,type,param,code}}`, Anthropic
   `{"type":"error","error":{type,message}}`); returns it parsed.
@@ -228,3 +236,28 @@ def check_responses_upstream(sent: bytes, received: bytes, sources=SOURCES) -> N
         assert s["url"] in text and s["text"] in text, f"source {s['url']} not injected: {text!r}"
         positions.append(text.index(s["url"]))
     assert positions == sorted(positions) and positions[-1] < text.rindex(QUESTION), text
+
+
+def _responses_cases() -> list[tuple[str, str]]:
+    from .replay import RESPONSES_FIXTURES
+    streams = sorted(p.stem for p in RESPONSES_FIXTURES.glob("*.sse"))
+    whole = sorted(p.stem for p in RESPONSES_FIXTURES.glob("*.json"))
+    # Streams without a final response event have no whole body to fold.
+    no_final = {"openai_gpt4omini_error_event_instead_of_completed"}
+    return ([(n, "stream") for n in streams] + [(n, "whole") for n in whole]
+            + [(n, "folded") for n in streams if n not in no_final and n not in whole])
+
+
+RESPONSES_CASES = _responses_cases()
+
+
+def responses_expected(body: bytes, stream: bool) -> bytes:
+    """The core's rewrite of a `/v1/responses` body (the CLI's `rewrite
+    --endpoint` takes only chat and messages so far)."""
+    from . import pyext
+    pyext.build()
+    import citestream
+    if not stream:
+        return citestream.rewrite_body(body, SOURCES, endpoint="responses")
+    rw = citestream.ResponsesRewriter(SOURCES)
+    return rw.feed(body) + rw.finish()
