@@ -100,7 +100,7 @@ async fn flow_found_injects_and_commits() {
     let v: Value = serde_json::from_slice(&p.body).unwrap();
     assert!(v.get("web_search").is_none());
     assert!(
-        v["messages"][0]["content"][0]["text"]
+        v["messages"][0]["content"]
             .as_str()
             .unwrap()
             .contains("[1] T")

@@ -136,9 +136,10 @@ fn seeds_inject_and_parse() {
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["model"], "shannon-3");
         assert!(v.get("web_search").is_none());
-        let content = &v["messages"][0]["content"];
-        assert_eq!(content[1], json!({"type": "text", "text": Q}));
-        let block = content[0]["text"].as_str().unwrap();
+        // A string content stays a string: the block, then the question.
+        let content = v["messages"][0]["content"].as_str().unwrap();
+        let block = content.strip_suffix(Q).unwrap();
+        assert!(block.ends_with("\n\n"));
         assert!(block.contains("[1] Lisbon weather: weekend outlook\nURL: https://weather.example/lisbon/weekend\nSunny, 24 °C"));
         assert!(block.contains("[2] Sunday forecast for Lisbon"));
         assert!(block.contains("[1]") && block.contains("square brackets"));
@@ -412,7 +413,7 @@ fn inject_user_string_content_keeps_other_bytes() {
     let out = inject(CHAT, b.as_bytes(), &s, &opts).unwrap();
     assert_eq!(
         body_str(&out),
-        r#"{"model":"m", "messages":[{"role":"system","content":"s"},{"role":"user" , "content" : [{"type":"text","text":"H[1] TF"},{"type":"text","text":"hi"}],  "name":"u"}], "x":1.50}"#
+        r#"{"model":"m", "messages":[{"role":"system","content":"s"},{"role":"user" , "content" : "H[1] TFhi",  "name":"u"}], "x":1.50}"#
     );
 }
 
@@ -449,7 +450,7 @@ fn inject_user_parts_and_blocks() {
         (
             // Only the last user message gets the block.
             r#"{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"},{"role":"assistant","content":"d"}]}"#,
-            r#"{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":[{"type":"text","text":"1"},{"type":"text","text":"c"}]},{"role":"assistant","content":"d"}]}"#,
+            r#"{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"1c"},{"role":"assistant","content":"d"}]}"#,
         ),
     ];
     for ep in [CHAT, MSGS] {
@@ -468,7 +469,7 @@ fn inject_user_parts_and_blocks() {
     .unwrap();
     assert_eq!(
         body_str(&out),
-        r#"{"messages":[{"role":"user","content":[{"type":"text","text":"1"},{"type":"text","text":"\u00e9\n"}]}]}"#
+        r#"{"messages":[{"role":"user","content":"1\u00e9\n"}]}"#
     );
 }
 
@@ -506,9 +507,8 @@ fn inject_system_placement() {
         (format!("{{{m}}}"), format!(r#"{{{m},"system":"1"}}"#)),
         (
             format!(r#"{{"system":"S",{m}}}"#),
-            format!(
-                r#"{{"system":[{{"type":"text","text":"S"}},{{"type":"text","text":"1"}}],{m}}}"#
-            ),
+            // A string `system` stays a string, the block after a blank line.
+            format!(r#"{{"system":"S\n\n1",{m}}}"#),
         ),
         (
             format!(
@@ -788,13 +788,12 @@ proptest! {
             (Placement::UserMessage, _) => {
                 let n = v["messages"].as_array().unwrap().len();
                 let c = v["messages"][n - 1]["content"].take();
-                let mut want = vec![part];
-                match content.clone() {
-                    Value::String(s) => want.push(json!({"type": "text", "text": s})),
-                    Value::Array(a) => want.extend(a),
+                let want = match content.clone() {
+                    Value::String(s) => json!(format!("{block}{s}")),
+                    Value::Array(a) => Value::Array([part].into_iter().chain(a).collect()),
                     _ => unreachable!(),
-                }
-                prop_assert_eq!(c, Value::Array(want));
+                };
+                prop_assert_eq!(c, want);
                 v["messages"][n - 1]["content"] = content;
             }
             (Placement::System, CHAT) => {
@@ -804,7 +803,7 @@ proptest! {
             (Placement::System, MSGS) => {
                 let sys = v["system"].take();
                 if system_first {
-                    prop_assert_eq!(sys, json!([{"type": "text", "text": "sys"}, part]));
+                    prop_assert_eq!(sys, json!(format!("sys\n\n{block}")));
                     v["system"] = json!("sys");
                 } else {
                     prop_assert_eq!(sys, json!(block));

@@ -12,20 +12,23 @@ use crate::json::{self, Field, push_json_str};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Placement {
-    /// A text part / block prepended to the last `user` message (the
-    /// default): the earlier prompt prefix stays cache-friendly, and chat
-    /// templates that refuse a system message in the middle still work.
-    /// String content becomes `[{"type":"text","text":<block>},
-    /// {"type":"text","text":<original>}]`. A body without a `user` message
-    /// falls back to [`Placement::System`].
+    /// In front of the last `user` message (the default): the earlier
+    /// prompt prefix stays cache-friendly, and chat templates that refuse a
+    /// system message in the middle still work. A string content stays a
+    /// string, `<block><question>` (the escaped block spliced in after the
+    /// opening quote, the original escaped bytes kept); an array of parts
+    /// gets a `{"type":"text","text":<block>}` part in front; a missing or
+    /// `null` content becomes `[<that part>]`. A body without a `user`
+    /// message falls back to [`Placement::System`].
     #[default]
     UserMessage,
     /// Responses: the question's text always (see [`inject`]).
     ///
     /// Chat: a `{"role":"system","content":<block>}` message at the front of
-    /// `messages`. Messages: a text block appended to `system` (created as a
-    /// string when absent or null; a string `system` becomes two text
-    /// blocks).
+    /// `messages`. Messages: the block appended to `system`: a string
+    /// `system` stays a string, `<system>\n\n<block>`; an array gets a text
+    /// block at its end; an absent or `null` one becomes the block as a
+    /// string.
     System,
 }
 
@@ -61,8 +64,49 @@ impl Default for Template {
                 .to_owned(),
             source: "[{n}] {title}\nURL: {url}\n{text}".to_owned(),
             separator: "\n\n".to_owned(),
-            footer: String::new(),
+            footer: "\n\n".to_owned(),
         }
+    }
+}
+
+/// The placeholders a [`Template`]'s `source` may contain, without braces.
+pub const PLACEHOLDERS: [&str; 8] = [
+    "n",
+    "title",
+    "url",
+    "text",
+    "heading",
+    "author",
+    "year",
+    "reference",
+];
+
+impl Template {
+    /// The first `{name}` in `source` (a name of ASCII letters, digits
+    /// and `_`) that is not one of [`PLACEHOLDERS`], with its braces, when
+    /// there is one. [`render_sources`] would keep it literally, which in a
+    /// configured template is almost always a typo; other braces (`{}`,
+    /// `{"k": 1}`) are plain text.
+    ///
+    /// # Example
+    /// ```
+    /// use citestream::request::Template;
+    ///
+    /// let mut t = Template::default();
+    /// assert_eq!(t.unknown_placeholder(), None);
+    /// t.source = "[{n}] {titel} {}".into();
+    /// assert_eq!(t.unknown_placeholder(), Some("{titel}"));
+    /// ```
+    #[must_use]
+    pub fn unknown_placeholder(&self) -> Option<&str> {
+        let src = self.source.as_str();
+        src.match_indices('{').find_map(|(open, _)| {
+            let close = open + 1 + src[open + 1..].find('}')?;
+            let name = &src[open + 1..close];
+            let ident =
+                !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            (ident && !PLACEHOLDERS.contains(&name)).then(|| &src[open..=close])
+        })
     }
 }
 
@@ -180,8 +224,8 @@ fn render_one(out: &mut String, tpl: &str, n: usize, s: &Source) {
 /// let s = Sources::new(vec![Source { title: Some("A \"q\"".into()), ..Default::default() }]);
 /// let out = inject(Endpoint::ChatCompletions, body, &s, &InjectOptions::default()).unwrap();
 /// let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-/// assert_eq!(v["messages"][0]["content"][1]["text"], "hi");
-/// assert!(v["messages"][0]["content"][0]["text"].as_str().unwrap().contains("[1] A \"q\""));
+/// let content = v["messages"][0]["content"].as_str().unwrap();
+/// assert!(content.contains("[1] A \"q\"") && content.ends_with("\n\nhi"));
 /// ```
 ///
 /// # Errors
@@ -217,7 +261,7 @@ pub fn inject(
         _ => None,
     };
     let (r, text) = match (user, endpoint) {
-        (Some((mrange, mm)), _) => user_edit(b, mrange, mm, block_part),
+        (Some((mrange, mm)), _) => user_edit(b, mrange, mm, &lit, block_part),
         (None, Endpoint::ChatCompletions) => {
             let Some((arr, list)) = &msgs else {
                 return Err(InjectError::NoMessages);
@@ -249,8 +293,10 @@ fn splice(b: &[u8], r: Range<usize>, text: &str) -> Vec<u8> {
 /// range inserts).
 pub(super) type Edit = (Range<usize>, String);
 
-/// The block as the first part of the user message `mm` (at `mrange`).
-fn user_edit(b: &[u8], mrange: &Range<usize>, mm: &[Field], block_part: String) -> Edit {
+/// The block in front of the user message `mm` (at `mrange`): spliced into
+/// a string content (`lit` is the block as a JSON string), as a first part
+/// of an array.
+fn user_edit(b: &[u8], mrange: &Range<usize>, mm: &[Field], lit: &str, block_part: String) -> Edit {
     let Some(c) = json::find(b, mm, "content") else {
         let at = mrange.start + 1;
         let sep = if mm.is_empty() { "" } else { "," };
@@ -259,9 +305,8 @@ fn user_edit(b: &[u8], mrange: &Range<usize>, mm: &[Field], block_part: String) 
     let v = c.value();
     match b.get(v.start) {
         Some(b'"') => {
-            let orig = String::from_utf8_lossy(&b[v.clone()]);
-            let parts = format!("[{block_part},{{\"type\":\"text\",\"text\":{orig}}}]");
-            (v, parts)
+            let at = v.start + 1;
+            (at..at, string_inside(lit).to_owned())
         }
         Some(b'[') => {
             let at = v.start + 1;
@@ -293,9 +338,8 @@ fn messages_system_edit(
     let v = s.value();
     match b.get(v.start) {
         Some(b'"') => {
-            let orig = String::from_utf8_lossy(&b[v.clone()]);
-            let parts = format!("[{{\"type\":\"text\",\"text\":{orig}}},{block_part}]");
-            (v, parts)
+            let at = v.end - 1;
+            (at..at, format!("\\n\\n{}", string_inside(&lit)))
         }
         Some(b'[') => {
             let at = v.end - 1;
@@ -304,6 +348,13 @@ fn messages_system_edit(
         }
         _ => (v, lit),
     }
+}
+
+/// The escaped characters of a JSON string literal, without its quotes.
+fn string_inside(lit: &str) -> &str {
+    lit.strip_prefix('"')
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap_or(lit)
 }
 
 fn arr_is_empty(b: &[u8], at: usize) -> bool {
@@ -316,14 +367,22 @@ mod tests {
 
     fn src() -> Sources {
         Sources::new(vec![Source {
-            title: Some("T".into()),
+            title: Some("T \"q\"".into()),
             url: Some("u".into()),
             ..Default::default()
         }])
     }
 
-    /// Injects, checks the output is valid JSON equal to the input but for
-    /// the edit, and returns the output with the rendered block as `B`.
+    /// The rendered block's escaped characters (no quotes).
+    fn block_inside(opts: &InjectOptions) -> String {
+        let mut lit = String::new();
+        push_json_str(&mut lit, &render_sources(&opts.template, &src()));
+        string_inside(&lit).to_owned()
+    }
+
+    /// Injects, checks the output is valid JSON, and returns it with the
+    /// rendered block's escaped characters written `B` (so the block as a
+    /// JSON string reads `"B"`).
     fn inj(endpoint: Endpoint, body: &str, placement: Placement) -> String {
         let opts = InjectOptions {
             placement,
@@ -332,9 +391,7 @@ mod tests {
         let out = inject(endpoint, body.as_bytes(), &src(), &opts).unwrap();
         let out = String::from_utf8(out).unwrap();
         serde_json::from_str::<serde_json::Value>(&out).unwrap();
-        let mut lit = String::new();
-        push_json_str(&mut lit, &render_sources(&opts.template, &src()));
-        out.replace(&lit, "B")
+        out.replace(&block_inside(&opts), "B")
     }
 
     const CHAT: Endpoint = Endpoint::ChatCompletions;
@@ -344,22 +401,30 @@ mod tests {
 
     #[test]
     fn user_message_edits() {
-        let part = r#"{"type":"text","text":B}"#;
+        let part = r#"{"type":"text","text":"B"}"#;
         for (body, want) in [
+            // A string stays a string: the block spliced in front, the
+            // original escaped bytes kept.
             (
                 r#"{"messages":[{"role":"user","content":"q"}]}"#,
-                format!(
-                    r#"{{"messages":[{{"role":"user","content":[{part},{{"type":"text","text":"q"}}]}}]}}"#
-                ),
+                r#"{"messages":[{"role":"user","content":"Bq"}]}"#.to_owned(),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"caf\u00e9 \"x\"\n"}]}"#,
+                r#"{"messages":[{"role":"user","content":"Bcaf\u00e9 \"x\"\n"}]}"#.to_owned(),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content" : ""}]}"#,
+                r#"{"messages":[{"role":"user","content" : "B"}]}"#.to_owned(),
             ),
             (
                 r#"{"messages":[{"role":"user","content":[]}]}"#,
                 format!(r#"{{"messages":[{{"role":"user","content":[{part}]}}]}}"#),
             ),
             (
-                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"q"}]}]}"#,
+                r#"{"messages":[{"role":"user","content":[ {"type":"text","text":"q"}]}]}"#,
                 format!(
-                    r#"{{"messages":[{{"role":"user","content":[{part},{{"type":"text","text":"q"}}]}}]}}"#
+                    r#"{{"messages":[{{"role":"user","content":[{part}, {{"type":"text","text":"q"}}]}}]}}"#
                 ),
             ),
             (
@@ -377,20 +442,39 @@ mod tests {
     }
 
     #[test]
+    fn a_string_content_reads_block_then_question() {
+        let opts = InjectOptions::default();
+        for q in [
+            "q",
+            "",
+            "caf\u{e9} \"x\"\n\\ \u{1F600} </script>",
+            "\u{7f}\u{0}",
+        ] {
+            let mut body = String::from(r#"{"messages":[{"role":"user","content":"#);
+            push_json_str(&mut body, q);
+            body.push_str("}]}");
+            let out = inject(CHAT, body.as_bytes(), &src(), &opts).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            let want = format!("{}{q}", render_sources(&opts.template, &src()));
+            assert_eq!(v["messages"][0]["content"], want.as_str(), "{q:?}");
+        }
+    }
+
+    #[test]
     fn chat_system_message_goes_first() {
         for (body, want) in [
             (
                 r#"{"messages":[{"role":"user","content":"q"}]}"#,
-                r#"{"messages":[{"role":"system","content":B},{"role":"user","content":"q"}]}"#,
+                r#"{"messages":[{"role":"system","content":"B"},{"role":"user","content":"q"}]}"#,
             ),
             (
                 r#"{"messages":[]}"#,
-                r#"{"messages":[{"role":"system","content":B}]}"#,
+                r#"{"messages":[{"role":"system","content":"B"}]}"#,
             ),
             // No user message: the fallback to a system message.
             (
                 r#"{"messages":[{"role":"assistant","content":"a"}]}"#,
-                r#"{"messages":[{"role":"system","content":B},{"role":"assistant","content":"a"}]}"#,
+                r#"{"messages":[{"role":"system","content":"B"},{"role":"assistant","content":"a"}]}"#,
             ),
         ] {
             assert_eq!(inj(CHAT, body, SYSTEM), want, "{body}");
@@ -401,25 +485,49 @@ mod tests {
 
     #[test]
     fn messages_system_edits() {
-        let part = r#"{"type":"text","text":B}"#;
+        let part = r#"{"type":"text","text":"B"}"#;
         for (body, want) in [
             (
                 r#"{"messages":[]}"#,
-                r#"{"messages":[],"system":B}"#.to_owned(),
+                r#"{"messages":[],"system":"B"}"#.to_owned(),
             ),
-            (r#"{}"#, r#"{"system":B}"#.to_owned()),
+            (r#"{}"#, r#"{"system":"B"}"#.to_owned()),
+            // A string stays a string: the block after a blank line.
             (
-                r#"{"system":"s","messages":[]}"#,
-                format!(r#"{{"system":[{{"type":"text","text":"s"}},{part}],"messages":[]}}"#),
+                r#"{"system":"s\u00e9","messages":[]}"#,
+                r#"{"system":"s\u00e9\n\nB","messages":[]}"#.to_owned(),
             ),
             (
                 r#"{"system":[{"type":"text","text":"s"}]}"#,
                 format!(r#"{{"system":[{{"type":"text","text":"s"}},{part}]}}"#),
             ),
             (r#"{"system":[]}"#, format!(r#"{{"system":[{part}]}}"#)),
-            (r#"{"system":null}"#, r#"{"system":B}"#.to_owned()),
+            (r#"{"system":null}"#, r#"{"system":"B"}"#.to_owned()),
         ] {
             assert_eq!(inj(MSGS, body, SYSTEM), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn unknown_placeholders() {
+        let with = |source: &str| Template {
+            source: source.into(),
+            ..Template::default()
+        };
+        for ok in [
+            "[{n}] {title}\nURL: {url}\n{text} {heading} {author} {year} {reference}",
+            "{} { n } {\"k\": 1} {{n}} {n",
+            "",
+        ] {
+            assert_eq!(with(ok).unknown_placeholder(), None, "{ok:?}");
+        }
+        for (bad, name) in [
+            ("{titel}", "{titel}"),
+            ("[{n}] {Title}", "{Title}"),
+            ("{{snippet}}", "{snippet}"),
+            ("{n} {url_2}", "{url_2}"),
+        ] {
+            assert_eq!(with(bad).unknown_placeholder(), Some(name), "{bad:?}");
         }
     }
 

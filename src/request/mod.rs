@@ -35,7 +35,9 @@ use bytes::Bytes;
 mod inject;
 mod responses;
 
-pub use inject::{InjectError, InjectOptions, Placement, Template, inject, render_sources};
+pub use inject::{
+    InjectError, InjectOptions, PLACEHOLDERS, Placement, Template, inject, render_sources,
+};
 
 use crate::json::{self, Field, push_json_str};
 

@@ -16,9 +16,7 @@ Loopback only, bounded (about a minute):
 
 from __future__ import annotations
 
-import json
 import random
-import statistics
 import subprocess
 import sys
 import time

@@ -64,8 +64,8 @@ class ServeFactory:
     def __init__(self):
         self.started: list[Serve] = []
 
-    def __call__(self, config, env=None, args=None, timeout=30.0) -> Serve:
-        s = Serve.start(config, env=env, args=args, timeout=timeout)
+    def __call__(self, config, env=None, args=None, timeout=30.0, cwd=None) -> Serve:
+        s = Serve.start(config, env=env, args=args, timeout=timeout, cwd=cwd)
         self.started.append(s)
         return s
 

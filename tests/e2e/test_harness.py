@@ -166,14 +166,20 @@ def test_upstream_request_check_accepts_a_splice_and_catches_changes(path):
     body, (a, b) = client_body(path, "replay:x", True)
     stripped = re.sub(rb',\s*"web_search"\s*:\s*true', b"", body)
     block = "Sources:\n" + "\n".join(f"[{i + 1}] {s['title']} {s['url']} {s['text']}" for i, s in enumerate(SOURCES))
+    part = b'{"type":"text","text":' + json.dumps(block + "\n\n").encode() + b"}"
     if path == "/v1/messages":
-        new = body[a:b].replace(b'"text": "', b'"text": ' + json.dumps(block + "\n\n")[:-1].encode(), 1)
+        new = b"[" + part + b"," + body[a + 1 : b]
+        # The wrong shape: the block merged into the question's own part.
+        wrong = body[a:b].replace(b'"text": "', b'"text": ' + json.dumps(block + "\n\n")[:-1].encode(), 1)
     else:
         new = json.dumps(block + "\n\n" + QUESTION).encode()
+        # The wrong shape: a string content turned into parts.
+        wrong = b"[" + part + b',{"type":"text","text":' + body[a:b] + b"}]"
     shift = 0 if body.find(b'"web_search"') > a else len(body) - len(stripped)
     good = stripped[: a - shift] + new + stripped[b - shift :]
     check_upstream_request(body, (a, b), good)
     for bad in (good.replace(b"Earlier answer", b"Earlier answeR"),  # an earlier turn changed
+                stripped[: a - shift] + wrong + stripped[b - shift :],  # the content's shape changed
                 good.replace(b'"u-1"}', b'"u-1" }').replace(b"0.50", b"0.5"),  # other bytes re-spelled
                 stripped,  # nothing injected
                 body):  # web_search not stripped

@@ -99,8 +99,10 @@ def test_streamed_annotations_and_sources(client, replay, model):
     [ex] = [e for e in replay.exchanges() if e.path == "/v1/chat/completions"]
     sent = ex.json()
     assert "web_search" not in sent
-    first = sent["messages"][-1]["content"][0]["text"]
-    assert "[1] Lisbon weather: weekend outlook" in first
+    # A string content stays a string: the block, then the question.
+    content = sent["messages"][-1]["content"]
+    assert isinstance(content, str) and content.endswith("\n\n" + QUESTION), content
+    assert "[1] Lisbon weather: weekend outlook" in content
 
 
 def test_whole_annotations_and_sources(client, replay):
@@ -243,7 +245,8 @@ def test_messages_endpoint_with_the_anthropic_sdk(proxy, replay, stream):
     [ex] = [e for e in replay.exchanges() if e.path == "/v1/messages"]
     sent = ex.json()
     assert "web_search" not in sent
-    assert "[1] Lisbon weather" in sent["messages"][-1]["content"][0]["text"]
+    content = sent["messages"][-1]["content"]
+    assert isinstance(content, str) and content.endswith("\n\nhi") and "[1] Lisbon weather" in content
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])

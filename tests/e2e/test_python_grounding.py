@@ -58,7 +58,7 @@ def test_static_search_quota_and_injection(cs, tmp_path):
     assert (p.search, p.remaining, p.account, p.stream, p.endpoint) == ("injected", 0, "anonymous", True, "chat")
     assert len(p.sources) == 3
     sent = json.loads(p.body)
-    assert "web_search" not in sent and "[1] Lisbon weather" in sent["messages"][0]["content"][0]["text"]
+    assert "web_search" not in sent and "[1] Lisbon weather" in sent["messages"][0]["content"]
     rw = p.rewriter()
     out = rw.feed((EXAMPLES / "lisbon" / "upstream.sse").read_bytes()) + rw.finish()
     assert b'"citations":[' in out and b'"sources":[' in out

@@ -125,9 +125,10 @@ def test_request_side(cs):
     assert cs.strip(body) == i.body
     injected = cs.inject(i.body, cs.Sources(SOURCES.read_bytes()))
     v = json.loads(injected)
-    first = v["messages"][-1]["content"][0]["text"]
-    assert "[1] Lisbon weather: weekend outlook" in first
-    assert v["messages"][-1]["content"][1]["text"] == req["messages"][-1]["content"]
+    # A string content stays a string: `<block><question>`.
+    content = v["messages"][-1]["content"]
+    assert content == cs.render_sources(cs.Sources(SOURCES.read_bytes())) + req["messages"][-1]["content"]
+    assert "[1] Lisbon weather: weekend outlook" in content
     text = cs.render_sources(cs.Sources(SOURCES.read_bytes()), header="H\n", source="<{n}:{title}>", separator="|")
     assert text.startswith("H\n<1:Lisbon weather: weekend outlook>|<2:")
     m = cs.inspect(b'{"model":"m","web_search":false,"messages":[]}', endpoint="messages")

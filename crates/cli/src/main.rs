@@ -1,17 +1,28 @@
-//! The `citestream` command-line tool (SPEC section 11).
+//! The `citestream` command-line tool: one binary with a subcommand per
+//! job, parsed by `clap` (every command answers `--help`, the binary
+//! `--version`).
 //!
 //! ```text
-//! citestream events  [--chunk-size N] [--last-event-id ID] [FILE]
-//! citestream rewrite --sources FILE [--endpoint chat|messages]
-//!                    [--dialect sources|citations|both] [--offsets chars|utf16|bytes]
-//!                    [--n N] [--chunk-size N] [FILE]
-//! citestream search  [--config FILE] QUERY
-//! citestream serve   [--config FILE] [--listen ADDR]
+//! citestream events   [--chunk-size N] [--last-event-id ID] [FILE]
+//! citestream rewrite  --sources FILE [--endpoint chat|messages]
+//!                     [--dialect sources|citations|both] [--offsets chars|utf16|bytes]
+//!                     [--n N] [--chunk-size N] [FILE]
+//! citestream search   [--config FILE] QUERY
+//! citestream serve    [--config FILE] [--listen ADDR]
 //! citestream ext-proc [--config FILE] [--listen ADDR]
+//! citestream hash-key            (reads a key on standard input, prints "sha256:<hex>")
+//! citestream --version | citestream COMMAND --help
 //! ```
 //!
-//! Exit status: 0 on success, 2 on a usage error or an unreadable sources or
-//! input file (one line on standard error), 1 on an I/O error mid-stream.
+//! Contract:
+//! * Input is FILE or standard input (`-` too); output is standard output.
+//! * Exit status 0 on success (and for `--help`, `--version`); 1 when a
+//!   search failed (`search`) or on an I/O error mid-stream; 2 on a usage
+//!   error or an unreadable input, sources or config file, or a server
+//!   that cannot start. Every error is printed once, as one line on
+//!   standard error; a closed standard output (`| head`) is not an error.
+//!
+//! The commands' manual is `docs/reference/cli.md`.
 
 mod ext_proc;
 mod process;
@@ -20,23 +31,30 @@ mod serve;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use bytes::{Bytes, BytesMut};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::sync::Arc;
 
-use citestream::sse::{Frame, Parser};
+use citestream::sse::{Frame, Parser as SseParser};
 use citestream::{
     Dialect, Endpoint, OffsetUnit, RewriteOptions, Rewriter, Sources, StreamRewriter,
 };
 
-const USAGE: &str = "usage: citestream events [--chunk-size N] [--last-event-id ID] [FILE]\n       citestream rewrite --sources FILE [--endpoint chat|messages] [--dialect sources|citations|both] [--offsets chars|utf16|bytes] [--n N] [--chunk-size N] [FILE]\n       citestream search [--config FILE] QUERY\n       citestream serve [--config FILE] [--listen ADDR]\n       citestream ext-proc [--config FILE] [--listen ADDR]";
-
 /// Size of one read from the input when `--chunk-size` is not given.
 const READ_SIZE: usize = 64 * 1024;
 
+/// Why a command failed; decides the exit status.
 enum Failure {
+    /// Bad flags, an unreadable input, sources or config file, a server
+    /// that cannot start: exit 2.
     Usage(String),
+    /// Failed after it started (a search, an I/O error): exit 1.
     Io(io::Error),
 }
 
@@ -46,25 +64,118 @@ impl From<io::Error> for Failure {
     }
 }
 
+/// Web-search grounding for LLM gateways: SSE parsing, citation rewriting,
+/// search, and the gateway itself.
+#[derive(Debug, Parser)]
+#[command(name = "citestream", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print each event of an SSE stream as one JSON line:
+    /// {"type", "data", "id"}.
+    Events(EventsArgs),
+    /// Rewrite an upstream model response (a JSON body, or an SSE stream)
+    /// for the given sources, as the gateway would.
+    Rewrite(RewriteArgs),
+    /// Print the sources the configured search provider finds for QUERY,
+    /// as the JSON array the gateway would inject.
+    Search(search::SearchArgs),
+    /// Run the gateway: an HTTP server in front of an OpenAI- or
+    /// Anthropic-compatible model server.
+    Serve(serve::ServeArgs),
+    /// Run the Envoy external processor (an ext_proc gRPC server).
+    ExtProc(ext_proc::ExtProcArgs),
+    /// Read an API key on standard input and print "sha256:<hex>", the
+    /// form `[[accounts]] keys` stores.
+    HashKey,
+}
+
+/// The input of `events` and `rewrite`.
+#[derive(Debug, Args)]
+struct InputArgs {
+    /// Feed the input to the parser in pieces of N bytes (default: as
+    /// read), to reproduce arbitrary network splits.
+    #[arg(long, value_name = "N")]
+    chunk_size: Option<NonZeroUsize>,
+    /// The input file; standard input when absent or `-`.
+    #[arg(value_name = "FILE")]
+    file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct EventsArgs {
+    /// Seed the last event ID, as a reconnecting client does.
+    #[arg(long, value_name = "ID")]
+    last_event_id: Option<String>,
+    #[command(flatten)]
+    input: InputArgs,
+}
+
+#[derive(Debug, Args)]
+struct RewriteArgs {
+    /// The sources: a JSON array of source objects ({"title", "url",
+    /// "text", ...}), numbered from 1.
+    #[arg(long, value_name = "FILE")]
+    sources: PathBuf,
+    /// The API the response comes from.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = Endpoint::ChatCompletions.as_str(),
+        value_parser = PossibleValuesParser::new(Endpoint::ALL.map(Endpoint::as_str))
+            .try_map(|s| s.parse::<Endpoint>()),
+    )]
+    endpoint: Endpoint,
+    /// The citation dialect added to the response.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = Dialect::SOURCES.as_str(),
+        value_parser = PossibleValuesParser::new(
+            [Dialect::SOURCES, Dialect::CITATIONS, Dialect::BOTH].map(Dialect::as_str)
+        )
+            .try_map(|s| s.parse::<Dialect>()),
+    )]
+    dialect: Dialect,
+    /// The unit of citation offsets.
+    #[arg(
+        long,
+        value_name = "UNIT",
+        default_value = OffsetUnit::Chars.as_str(),
+        value_parser = PossibleValuesParser::new(
+            [OffsetUnit::Chars, OffsetUnit::Utf16, OffsetUnit::Bytes].map(OffsetUnit::as_str)
+        )
+        .try_map(|s| s.parse::<OffsetUnit>()),
+    )]
+    offsets: OffsetUnit,
+    /// The number of choices the request asked for (chat's `n`).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    n: u32,
+    #[command(flatten)]
+    input: InputArgs,
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("events") => events(&args[1..]),
-        Some("rewrite") => rewrite(&args[1..]),
-        Some("serve") => return serve::main(&args[1..]),
-        Some("ext-proc") => ext_proc::run(&args[1..]),
-        Some("search") => search::run(&args[1..]),
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Some(other) => Err(Failure::Usage(format!("unknown command '{other}'"))),
-        None => Err(Failure::Usage("missing command".into())),
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return parse_failure(&e),
+    };
+    let result = match cli.command {
+        Command::Events(a) => events(a),
+        Command::Rewrite(a) => rewrite(a),
+        Command::Serve(a) => serve::run(a),
+        Command::ExtProc(a) => ext_proc::run(a),
+        Command::Search(a) => search::run(a),
+        Command::HashKey => hash_key(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(msg)) => {
-            eprintln!("citestream: {msg} (see citestream --help)");
+            eprintln!("citestream: {msg}");
             ExitCode::from(2)
         }
         Err(Failure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
@@ -75,75 +186,74 @@ fn main() -> ExitCode {
     }
 }
 
-/// Command-line options: `--name value`, `--name=value`, and positionals.
-struct Args {
-    opts: Vec<(String, String)>,
-    positional: Vec<String>,
+/// `--help` and `--version` print to standard output (exit 0); any other
+/// parse error is one line on standard error pointing at the command's
+/// help (exit 2).
+fn parse_failure(e: &clap::Error) -> ExitCode {
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        print!("{}", e.render());
+        return ExitCode::SUCCESS;
+    }
+    let msg = if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        "missing command".to_owned()
+    } else {
+        // clap's message, its possible values and tips, on one line.
+        let rendered = e.render().to_string();
+        let mut msg = String::new();
+        for line in rendered
+            .lines()
+            .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+        {
+            if !msg.is_empty() {
+                msg.push_str(if msg.ends_with(':') { " " } else { "; " });
+            }
+            msg.push_str(line);
+        }
+        msg.strip_prefix("error: ").unwrap_or(&msg).to_owned()
+    };
+    // The help to point at: the subcommand's, when the first word is one.
+    let cmd = std::env::args()
+        .nth(1)
+        .filter(|a| Cli::command().find_subcommand(a).is_some())
+        .map(|a| format!(" {a}"))
+        .unwrap_or_default();
+    eprintln!("citestream: {msg} (see citestream{cmd} --help)");
+    ExitCode::from(2)
 }
 
-impl Args {
-    fn parse(args: &[String], known: &[&str]) -> Result<Args, Failure> {
-        let mut opts = Vec::new();
-        let mut positional = Vec::new();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            if a == "-" || !a.starts_with('-') {
-                positional.push(a.clone());
-                continue;
-            }
-            let (name, inline) = match a.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (a.as_str(), None),
-            };
-            if !known.contains(&name) {
-                return Err(Failure::Usage(format!("unknown option '{name}'")));
-            }
-            let value = match inline {
-                Some(v) => v,
-                None => it
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| Failure::Usage(format!("option '{name}' needs a value")))?,
-            };
-            if opts.iter().any(|(n, _)| n == name) {
-                return Err(Failure::Usage(format!("option '{name}' given twice")));
-            }
-            opts.push((name.to_string(), value));
-        }
-        if positional.len() > 1 {
-            return Err(Failure::Usage(format!(
-                "unexpected argument '{}'",
-                positional[1]
-            )));
-        }
-        Ok(Args { opts, positional })
+/// `hash-key`: the key is standard input less surrounding ASCII
+/// whitespace (as the gateway reads it from a header).
+fn hash_key() -> Result<(), Failure> {
+    let mut raw = Vec::new();
+    io::stdin().lock().read_to_end(&mut raw)?;
+    let key = std::str::from_utf8(raw.trim_ascii())
+        .map_err(|_| Failure::Usage("hash-key: the key on standard input is not UTF-8".into()))?;
+    if key.is_empty() {
+        return Err(Failure::Usage(
+            "hash-key: no key on standard input (try: printf %s \"$KEY\" | citestream hash-key)"
+                .into(),
+        ));
+    }
+    let mut out = io::stdout().lock();
+    writeln!(out, "{}", citestream_host::auth::hash_key(key))?;
+    out.flush()?;
+    Ok(())
+}
+
+impl InputArgs {
+    fn chunk(&self) -> Option<usize> {
+        self.chunk_size.map(NonZeroUsize::get)
     }
 
-    fn get(&self, name: &str) -> Option<&str> {
-        self.opts
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn positive(&self, name: &str) -> Result<Option<usize>, Failure> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(v) => match v.parse::<usize>() {
-                Ok(n) if n > 0 => Ok(Some(n)),
-                _ => Err(Failure::Usage(format!(
-                    "{name} takes a positive integer, got '{v}'"
-                ))),
-            },
-        }
-    }
-
-    fn input(&self) -> Result<Input, Failure> {
-        match self.positional.first().map(String::as_str) {
-            None | Some("-") => Ok(Input::Stdin(io::stdin())),
+    fn open(&self) -> Result<Input, Failure> {
+        match &self.file {
+            None => Ok(Input::Stdin(io::stdin())),
+            Some(p) if p.as_os_str() == "-" => Ok(Input::Stdin(io::stdin())),
             Some(path) => File::open(path)
                 .map(Input::File)
-                .map_err(|e| Failure::Usage(format!("cannot read '{path}': {e}"))),
+                .map_err(|e| Failure::Usage(format!("cannot read '{}': {e}", path.display()))),
         }
     }
 }
@@ -192,12 +302,11 @@ fn for_each_piece(
     }
 }
 
-fn events(args: &[String]) -> Result<(), Failure> {
-    let args = Args::parse(args, &["--chunk-size", "--last-event-id"])?;
-    let chunk = args.positive("--chunk-size")?;
-    let input = args.input()?;
-    let mut parser = Parser::new();
-    if let Some(id) = args.get("--last-event-id") {
+fn events(args: EventsArgs) -> Result<(), Failure> {
+    let chunk = args.input.chunk();
+    let input = args.input.open()?;
+    let mut parser = SseParser::new();
+    if let Some(id) = &args.last_event_id {
         parser.set_last_event_id(Bytes::copy_from_slice(id.as_bytes()));
     }
     let stdout = io::stdout();
@@ -234,64 +343,22 @@ fn push_json_lossy(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-fn rewrite(args: &[String]) -> Result<(), Failure> {
-    let args = Args::parse(
-        args,
-        &[
-            "--sources",
-            "--endpoint",
-            "--dialect",
-            "--offsets",
-            "--n",
-            "--chunk-size",
-        ],
-    )?;
-    let sources_path = args
-        .get("--sources")
-        .ok_or_else(|| Failure::Usage("rewrite needs --sources FILE".into()))?;
-    let endpoint = match args.get("--endpoint").unwrap_or("chat") {
-        "chat" => Endpoint::ChatCompletions,
-        "messages" => Endpoint::Messages,
-        other => {
-            return Err(Failure::Usage(format!(
-                "--endpoint takes chat or messages, got '{other}'"
-            )));
-        }
-    };
-    let dialect = match args.get("--dialect").unwrap_or("sources") {
-        "sources" => Dialect::SOURCES,
-        "citations" => Dialect::CITATIONS,
-        "both" => Dialect::BOTH,
-        other => {
-            return Err(Failure::Usage(format!(
-                "--dialect takes sources, citations or both, got '{other}'"
-            )));
-        }
-    };
-    let offsets: OffsetUnit = match args.get("--offsets").unwrap_or("chars").parse() {
-        Ok(u) => u,
-        Err(_) => {
-            return Err(Failure::Usage(format!(
-                "--offsets takes chars, utf16 or bytes, got '{}'",
-                args.get("--offsets").unwrap_or_default()
-            )));
-        }
-    };
-    let n = match args.positive("--n")? {
-        Some(n) => {
-            u32::try_from(n).map_err(|_| Failure::Usage(format!("--n is too large: {n}")))?
-        }
-        None => 1,
-    };
-    let chunk = args.positive("--chunk-size")?;
-    let sources_json = std::fs::read(sources_path)
-        .map_err(|e| Failure::Usage(format!("cannot read sources file '{sources_path}': {e}")))?;
+fn rewrite(args: RewriteArgs) -> Result<(), Failure> {
+    let sources_path = &args.sources;
+    let sources_json = std::fs::read(sources_path).map_err(|e| {
+        Failure::Usage(format!(
+            "cannot read sources file '{}': {e}",
+            sources_path.display()
+        ))
+    })?;
     let sources = Sources::from_json(&sources_json)
-        .map_err(|e| Failure::Usage(format!("sources file '{sources_path}': {e}")))?;
+        .map_err(|e| Failure::Usage(format!("sources file '{}': {e}", sources_path.display())))?;
     let sources = Arc::new(sources);
+    let endpoint = args.endpoint;
     let mut opts = RewriteOptions::new();
-    opts.dialect(dialect).offsets(offsets).n(n);
-    let input = args.input()?;
+    opts.dialect(args.dialect).offsets(args.offsets).n(args.n);
+    let chunk = args.input.chunk();
+    let input = args.input.open()?;
 
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());

@@ -162,7 +162,7 @@ fn usage_errors_exit_2_with_one_line() {
             "--sources",
             "examples/lisbon/sources.json",
             "--endpoint",
-            "responses",
+            "embeddings",
         ],
         &[
             "rewrite",

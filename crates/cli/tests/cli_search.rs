@@ -102,6 +102,35 @@ fn errors_and_exit_codes() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("search failed (transport)"), "{err}");
+    assert_eq!(err.lines().count(), 1, "the failure is printed once: {err}");
     assert!(out.stdout.is_empty());
     let _ = std::fs::remove_file(config);
+}
+
+#[test]
+fn a_conversation_file_is_searched_by_the_query_formed_from_it() {
+    let conv = temp_file(
+        "conv.json",
+        r#"{"model":"m","messages":[{"role":"user","content":"Tell me about Portugal"},{"role":"assistant","content":"Portugal is in Europe."},{"role":"user","content":"What is its capital?"}]}"#,
+    );
+    let out = run(&["search", "--conversation", conv.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // The question refers back: the earlier turns' subject is carried.
+    assert_eq!(err.trim(), "query: What is its capital? Portugal");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["text"].as_str().unwrap().contains("capital: Lisbon")),
+        "{v}"
+    );
+    // QUERY and --conversation together, or an unreadable file: exit 2.
+    let out = run(&["search", "--conversation", conv.to_str().unwrap(), "q"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["search", "--conversation", "/nonexistent/conv.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    let _ = std::fs::remove_file(conv);
 }

@@ -3,7 +3,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command};
+
+#[path = "support/serve.rs"]
+mod serve_support;
+
 use std::time::Duration;
 
 fn bin() -> Command {
@@ -66,31 +70,16 @@ fn start_up_errors_are_one_line_naming_the_key_with_status_2() {
 
 #[test]
 fn embedded_defaults_start_answer_and_exit_0_on_sigterm() {
-    let mut child = bin()
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env_remove("CITESTREAM_LISTEN")
-        .env_remove("CITESTREAM_UPSTREAM_URL")
-        .env_remove("CITESTREAM_REDIS_URL")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut banner = String::new();
-    out.read_line(&mut banner).unwrap();
-    let addr = banner
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {banner:?}"))
-        .to_owned();
+    let serve_support::Started {
+        mut child,
+        mut out,
+        banner,
+        addr,
+    } = serve_support::start(&[], &[]);
     assert!(banner.contains("upstream: demo"), "{banner}");
-    let mut curl = String::new();
-    out.read_line(&mut curl).unwrap();
-    out.read_line(&mut curl).unwrap();
     assert!(
-        curl.contains(&format!("curl -s http://{addr}/v1/chat/completions")),
-        "{curl}"
+        banner.contains(&format!("curl -s http://{addr}/v1/chat/completions")),
+        "{banner}"
     );
 
     let mut s = TcpStream::connect(&addr).unwrap();
@@ -122,4 +111,78 @@ fn embedded_defaults_start_answer_and_exit_0_on_sigterm() {
     assert!(st.success());
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+fn start(args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<ChildStdout>, String) {
+    let s = serve_support::start(args, env);
+    (s.child, s.out, s.addr)
+}
+
+fn get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp
+}
+
+/// SIGTERM, then every log line the process wrote, parsed.
+fn stop(
+    mut child: std::process::Child,
+    mut out: BufReader<std::process::ChildStdout>,
+) -> Vec<serde_json::Value> {
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    rest.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+#[test]
+fn log_level_comes_from_the_config_and_rust_log_overrides_it() {
+    let warn = config_file("warn.toml", "[log]\nlevel = \"warn\"\n");
+    let warn = warn.to_str().unwrap();
+    // level = "warn": a 404 under /v1/ and the drain lines are info: nothing.
+    let (child, out, addr) = start(&["--config", warn], &[]);
+    assert!(get(&addr, "/v1/nothing-here").starts_with("HTTP/1.1 "));
+    let lines = stop(child, out);
+    assert!(lines.is_empty(), "{lines:?}");
+    // RUST_LOG=info wins over the file: the request line and the drain lines.
+    let (child, out, addr) = start(&["--config", warn], &[("RUST_LOG", "info")]);
+    assert!(get(&addr, "/v1/nothing-here").starts_with("HTTP/1.1 "));
+    let lines = stop(child, out);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"] == "INFO" || l["level"] == "WARN"),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l["path"] == "/v1/nothing-here"),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l["message"] == "draining"),
+        "{lines:?}"
+    );
+    // A bad level or RUST_LOG is a start-up error naming it.
+    let bad = config_file("badlevel.toml", "[log]\nlevel = \"loud\"\n");
+    let e = start_error(&["--config", bad.to_str().unwrap()], &[]);
+    assert!(e.contains("log.level"), "{e}");
+    let e = start_error(&[], &[("RUST_LOG", "citestream=[")]);
+    assert!(e.contains("RUST_LOG"), "{e}");
+    let bad = config_file("otlp.toml", "[log]\notlp_endpoint = \"localhost:4318\"\n");
+    let e = start_error(&["--config", bad.to_str().unwrap()], &[]);
+    assert!(e.contains("log.otlp_endpoint"), "{e}");
 }

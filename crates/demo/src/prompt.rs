@@ -17,7 +17,10 @@
 //! the system prompt ([`Placement::System`]: chat `system`/`developer`
 //! messages, the messages endpoint's top-level `system`). The first text
 //! that parses supplies the sources; the question is the last `user`
-//! message's other text, its parts joined with `\n`.
+//! message's other text, its parts joined with `\n`. A string content is
+//! `<block><question>`: the block ends at the first blank line after the
+//! last source's `URL:` line (the gateway's sources have one-line texts:
+//! the search adapter squeezes whitespace), the question is what follows.
 //!
 //! [`Placement::UserMessage`]: citestream::request::Placement::UserMessage
 //! [`Placement::System`]: citestream::request::Placement::System
@@ -83,12 +86,22 @@ pub(crate) fn read(endpoint: Endpoint, body: &Value) -> Prompt {
         all_text.extend(content);
     }
 
-    let user_texts = last_user
-        .and_then(|m| m.get("content"))
-        .map(texts)
-        .unwrap_or_default();
+    let user_content = last_user.and_then(|m| m.get("content"));
     let mut passages = Vec::new();
     let mut question = Vec::new();
+    if let Some(Value::String(s)) = user_content {
+        match parse(s, true) {
+            Some((p, q)) => {
+                passages = p;
+                question.push(q);
+            }
+            None => question.push(s.as_str()),
+        }
+    }
+    let user_texts = match user_content {
+        Some(Value::Array(_)) => user_content.map(texts).unwrap_or_default(),
+        _ => Vec::new(),
+    };
     for t in &user_texts {
         match parse_block(t) {
             Some(p) if passages.is_empty() => passages = p,
@@ -219,6 +232,14 @@ fn texts(v: &Value) -> Vec<String> {
 /// Parses a sources block (see the module docs). `None` when `text` has no
 /// `[1] …` line followed by a `URL:` line.
 pub(crate) fn parse_block(text: &str) -> Option<Vec<Passage>> {
+    parse(text, false).map(|(p, _)| p)
+}
+
+/// [`parse_block`], and with `then_question` the text is a string content
+/// `<block><question>`: the last source's text ends at the first blank
+/// line, and what follows (trimmed) is returned as the question (`""`
+/// without one).
+fn parse(text: &str, then_question: bool) -> Option<(Vec<Passage>, &str)> {
     let lines: Vec<&str> = text.split('\n').collect();
     // (line index of the `[n]` line, title, url) of each block.
     let mut heads: Vec<(usize, String, String)> = Vec::new();
@@ -245,7 +266,22 @@ pub(crate) fn parse_block(text: &str) -> Option<Vec<Passage>> {
     if heads.is_empty() {
         return None;
     }
-    let passages = heads
+    let mut last_text = None;
+    let mut question = "";
+    if then_question {
+        let (at, _, _) = &heads[heads.len() - 1];
+        // Byte offset of the line after the last `URL:` line.
+        let off: usize = lines[..(at + 2).min(lines.len())]
+            .iter()
+            .map(|l| l.len() + 1)
+            .sum();
+        let tail = text.get(off.min(text.len())..).unwrap_or("");
+        if let Some(i) = tail.find("\n\n") {
+            last_text = Some(tail[..i].trim().to_owned());
+            question = tail[i + 2..].trim();
+        }
+    }
+    let mut passages: Vec<Passage> = heads
         .iter()
         .enumerate()
         .map(|(k, (at, title, url))| {
@@ -259,7 +295,10 @@ pub(crate) fn parse_block(text: &str) -> Option<Vec<Passage>> {
             }
         })
         .collect();
-    Some(passages)
+    if let (Some(t), Some(p)) = (last_text, passages.last_mut()) {
+        p.text = t;
+    }
+    Some((passages, question))
 }
 
 #[cfg(test)]
@@ -321,6 +360,35 @@ mod tests {
     }
 
     #[test]
+    fn string_content_block_then_a_question_of_paragraphs() {
+        let body = r#"{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"Why?\n\nAnd how?"}]}"#;
+        for ep in [Endpoint::ChatCompletions, Endpoint::Messages] {
+            let v = injected(ep, body, Placement::UserMessage);
+            assert!(v["messages"][0]["content"].is_string());
+            let p = read(ep, &v);
+            assert_eq!(p.passages, expected(), "{ep:?}");
+            assert_eq!(p.question, "Why?\n\nAnd how?");
+        }
+        // One-line source texts (as the search adapter makes them), the
+        // last one not empty.
+        let s = Sources::new(vec![source("A", "u", "x y."), source("B", "w", "z.")]);
+        let out = inject(
+            Endpoint::ChatCompletions,
+            br#"{"messages":[{"role":"user","content":"q"}]}"#,
+            &s,
+            &InjectOptions::default(),
+        )
+        .unwrap();
+        let p = read(
+            Endpoint::ChatCompletions,
+            &serde_json::from_slice(&out).unwrap(),
+        );
+        assert_eq!(p.question, "q");
+        let texts: Vec<&str> = p.passages.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, ["x y.", "z."]);
+    }
+
+    #[test]
     fn chat_system_placement() {
         let body = r#"{"messages":[{"role":"user","content":[{"type":"text","text":"Q1"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"Q2"}]}],"max_tokens":7}"#;
         let p = read(
@@ -343,7 +411,7 @@ mod tests {
             assert_eq!(p.passages, expected(), "{placement:?}");
             assert_eq!(p.question, "Why?");
             assert_eq!(p.max_tokens, Some(64));
-            assert!(p.all_text.iter().any(|t| t == "Be brief."));
+            assert!(p.all_text.iter().any(|t| t.starts_with("Be brief.")));
         }
     }
 

@@ -32,6 +32,17 @@
 //!   messages in both body modes.
 //! * [`service`]: the tonic service.
 //! * `proto` (private): the only code that knows the protobuf shapes.
+//! * `probes` (private): the metrics port (`/metrics`, `/healthz`,
+//!   `/readyz`).
+//!
+//! # Watching it
+//! * The gRPC port also serves `grpc.health.v1.Health`: `SERVING` for the
+//!   whole server (`""`) and for `envoy.service.ext_proc.v3.ExternalProcessor`
+//!   while it accepts streams, `NOT_SERVING` from the shutdown signal on.
+//! * `ext_proc.metrics_listen` (default `127.0.0.1:9464`, `""` off) serves
+//!   over HTTP/1.1 `GET /metrics` (the same Prometheus registry as
+//!   `citestream serve`), `GET /healthz` (200 while the process runs) and
+//!   `GET /readyz` (200, 503 from the shutdown signal on).
 //!
 //! # Failure behaviour
 //! What happens to a stream whose processor goes away is Envoy's
@@ -41,6 +52,7 @@
 //! upstream never fails a stream here: it passes through.
 
 mod exchange;
+mod probes;
 mod proto;
 mod response;
 pub mod service;
@@ -49,14 +61,17 @@ mod tests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
+use citestream_host::reload::{Reloader, rebuild_grounding};
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
 
 pub use response::BodyMode;
 pub use service::Processor;
@@ -81,30 +96,79 @@ impl std::error::Error for Error {}
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
+    metrics: Option<TcpListener>,
+    grounding: Arc<Grounding>,
     processor: Processor,
     grace: Duration,
 }
 
 impl Server {
     /// Builds the shared request side from `cfg` and binds
-    /// `cfg.server.listen`.
+    /// `cfg.server.listen` and `cfg.ext_proc.metrics_listen` (unless `""`).
     ///
     /// # Errors
     /// A config problem (search provider, quota store) or an address that
     /// cannot be bound.
     pub async fn bind(cfg: &Config) -> Result<Server, Error> {
-        let grounding = Grounding::new(cfg)
-            .await
+        let metrics_addr = cfg
+            .ext_proc
+            .metrics_addr()
             .map_err(|e| Error(format!("config: {e}")))?;
+        let grounding = Arc::new(
+            Grounding::new(cfg)
+                .await
+                .map_err(|e| Error(format!("config: {e}")))?,
+        );
         let addr = cfg.server.listen;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| Error(format!("cannot listen on {addr}: {e}")))?;
+        let metrics = match metrics_addr {
+            None => None,
+            Some(a) => Some(TcpListener::bind(a).await.map_err(|e| {
+                Error(format!(
+                    "ext_proc.metrics_listen: cannot listen on {a}: {e}"
+                ))
+            })?),
+        };
         Ok(Server {
             listener,
-            processor: Processor::new(Arc::new(grounding)),
+            metrics,
+            processor: Processor::new(grounding.clone()),
+            grounding,
             grace: cfg.server.shutdown_grace,
         })
+    }
+
+    /// Reloads the config with `reloader` (see
+    /// [`citestream_host::reload`]): new streams use the new request side
+    /// once it is built; open ones finish with theirs, and `applied` is
+    /// called with the new config (the process's log level). A file that
+    /// does not load or build is logged and the old config stays.
+    pub fn reload_task(
+        &self,
+        reloader: Reloader,
+        applied: impl Fn(&Config) + Send + Sync + 'static,
+    ) -> impl Fn() + Send + Sync + 'static {
+        let swap = self.processor.grounding().clone();
+        let reloader = Arc::new(reloader);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+        tokio::spawn(async move {
+            while rx.recv().await.is_some() {
+                let old = swap.load();
+                let built = reloader
+                    .reload(move |old_cfg, new_cfg| rebuild_grounding(&old, old_cfg, new_cfg))
+                    .await;
+                if let Some((g, cfg)) = built {
+                    swap.store(Arc::new(g));
+                    applied(&cfg);
+                }
+            }
+        });
+        // One waiting reload covers every request before it.
+        move || {
+            let _ = tx.try_send(());
+        }
     }
 
     /// The address it listens on.
@@ -115,8 +179,20 @@ impl Server {
         self.listener.local_addr().map_err(|e| Error(e.to_string()))
     }
 
-    /// Serves until `shutdown` resolves, then stops accepting and lets
-    /// open streams finish for up to `server.shutdown_grace`.
+    /// The address of the metrics port; `None` when it is off.
+    ///
+    /// # Errors
+    /// The OS could not say.
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, Error> {
+        self.metrics
+            .as_ref()
+            .map(|l| l.local_addr().map_err(|e| Error(e.to_string())))
+            .transpose()
+    }
+
+    /// Serves until `shutdown` resolves, then reports `NOT_SERVING` (gRPC
+    /// health, `/readyz` 503), stops accepting, and lets open streams
+    /// finish for up to `server.shutdown_grace`.
     ///
     /// # Errors
     /// The gRPC server failed.
@@ -124,12 +200,28 @@ impl Server {
         let svc = ExternalProcessorServer::new(self.processor)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
+        let (health, health_svc) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<ExternalProcessorServer<Processor>>()
+            .await;
+        let draining = Arc::new(AtomicBool::new(false));
+        let probes = self
+            .metrics
+            .map(|l| tokio::spawn(probes::serve(l, self.grounding.clone(), draining.clone())));
         let stopping = Arc::new(Notify::new());
         let signal = {
             let stopping = stopping.clone();
+            let draining = draining.clone();
             async move {
                 shutdown.await;
                 tracing::info!("shutting down: no new streams, open ones may finish");
+                draining.store(true, Ordering::Relaxed);
+                health
+                    .set_not_serving::<ExternalProcessorServer<Processor>>()
+                    .await;
+                health
+                    .set_service_status("", ServingStatus::NotServing)
+                    .await;
                 stopping.notify_one();
             }
         };
@@ -138,10 +230,11 @@ impl Server {
         // binds itself).
         let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));
         let serve = tonic::transport::Server::builder()
+            .add_service(health_svc)
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, signal);
         let grace = self.grace;
-        tokio::select! {
+        let result = tokio::select! {
             r = serve => r.map_err(|e| Error(format!("grpc server: {e}"))),
             () = async {
                 stopping.notified().await;
@@ -150,6 +243,10 @@ impl Server {
                 tracing::warn!("shutdown grace expired; open streams cut");
                 Ok(())
             }
+        };
+        if let Some(p) = probes {
+            p.abort();
         }
+        result
     }
 }

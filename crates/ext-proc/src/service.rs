@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use citestream_host::grounding::Grounding;
+use citestream_host::reload::Swap;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use futures_core::Stream;
@@ -30,14 +31,23 @@ const QUEUE: usize = 32;
 /// The external processor (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Processor {
-    grounding: Arc<Grounding>,
+    grounding: Arc<Swap<Grounding>>,
 }
 
 impl Processor {
     /// A processor over `grounding`.
     #[must_use]
     pub fn new(grounding: Arc<Grounding>) -> Processor {
-        Processor { grounding }
+        Processor {
+            grounding: Arc::new(Swap::new(grounding)),
+        }
+    }
+
+    /// The request side each new stream takes (a config reload replaces
+    /// it; a stream keeps the one it started with).
+    #[must_use]
+    pub fn grounding(&self) -> &Arc<Swap<Grounding>> {
+        &self.grounding
     }
 }
 
@@ -53,7 +63,7 @@ impl ExternalProcessor for Processor {
     ) -> Result<Response<Self::ProcessStream>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(QUEUE);
-        let exchange = Session::new(self.grounding.clone());
+        let exchange = Session::new(self.grounding.load());
         tokio::spawn(drive(exchange, inbound, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

@@ -5,6 +5,8 @@
 //! cargo run --release -p citestream-gateway --example gateway_load -- \
 //!     --bin target/release/citestream [--streams 1,100,1000] [--events 100] [--interval-ms 10] \
 //!     [--rate 10000] [--throughput-events 200000] [--rss-streams 1000]
+//! cargo run --release -p citestream-gateway --example gateway_load -- \
+//!     --bin target/release/citestream --tracing 1,100 [--rounds 5]
 //! ```
 //!
 //! Contract: one run starts, on 127.0.0.1 only,
@@ -27,6 +29,15 @@
 //! fixed number of streams and events, and a timeout on every stream. The
 //! numbers are comparisons within one run (the same machine, the same load
 //! generator), not absolute figures.
+//!
+//! `--tracing LEVELS` runs only the tracing table instead: three `serve`
+//! processes, traces off, traces on (`log.otlp_endpoint` to an OTLP/HTTP
+//! collector in this process that reads and acknowledges every export) and
+//! traces on with the collector down (a closed port); grounded unpaced
+//! streams of 20 events at each concurrency level, in interleaved rounds;
+//! per target the CPU time the `serve` process spent per request (sum of
+//! its threads' `/proc/PID/task/*/schedstat`, median of the rounds), its
+//! difference to traces off, and the p50 time to the response head.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -448,6 +459,8 @@ struct Args {
     throughput_events: usize,
     rss_streams: usize,
     rate: usize,
+    tracing: Vec<usize>,
+    rounds: usize,
 }
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
@@ -459,6 +472,8 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         throughput_events: 200_000,
         rss_streams: 1000,
         rate: 10_000,
+        tracing: Vec::new(),
+        rounds: 5,
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -477,6 +492,13 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--throughput-events" => a.throughput_events = num()?,
             "--rss-streams" => a.rss_streams = num()?.max(10),
             "--rate" => a.rate = num()?.max(1),
+            "--rounds" => a.rounds = num()?.max(1),
+            "--tracing" => {
+                a.tracing = value
+                    .split(',')
+                    .map(|s| s.parse().map_err(|e| format!("--tracing: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -516,6 +538,18 @@ fn spawn_proxy(upstream: SocketAddr) -> (Killed, String) {
 }
 
 fn spawn_gateway(bin: &PathBuf, upstream: SocketAddr, dir: &std::path::Path) -> (Killed, String) {
+    spawn_gateway_with(bin, upstream, dir, "gateway", "")
+}
+
+/// `spawn_gateway` with `extra` appended to its config file (`name` keeps
+/// the files of several gateways apart).
+fn spawn_gateway_with(
+    bin: &PathBuf,
+    upstream: SocketAddr,
+    dir: &std::path::Path,
+    name: &str,
+    extra: &str,
+) -> (Killed, String) {
     let sources = dir.join("sources.json");
     std::fs::write(
         &sources,
@@ -523,10 +557,10 @@ fn spawn_gateway(bin: &PathBuf, upstream: SocketAddr, dir: &std::path::Path) -> 
             {"title":"Portugal news","url":"https://news.example/pt","text":"A mild week."}]"#,
     )
     .expect("write sources");
-    let config = dir.join("citestream.toml");
+    let config = dir.join(format!("{name}.toml"));
     let toml = format!(
         "[upstream]\nbase_url = \"http://{upstream}\"\n[search]\nprovider = \"static\"\n\
-         [search.static]\npath = {:?}\n[plans.default]\nsearches_per_day = 1000000000\n",
+         [search.static]\npath = {:?}\n[plans.default]\nsearches_per_day = 1000000000\n{extra}",
         sources.display().to_string()
     );
     std::fs::write(&config, toml).expect("write config");
@@ -534,7 +568,7 @@ fn spawn_gateway(bin: &PathBuf, upstream: SocketAddr, dir: &std::path::Path) -> 
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let log = std::fs::File::create(dir.join("gateway.log")).expect("log file");
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
     let child = Command::new(bin)
         .args(["serve", "--config"])
         .arg(&config)
@@ -608,6 +642,11 @@ async fn run(args: Args) {
         "gateway_load: {} cores, loopback; every number below is from this one run\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    if !args.tracing.is_empty() {
+        tracing_table(&bench, &args, up_addr, &dir).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     rss_table(&bench, &args, up_addr, &dir).await;
     let (proxy, proxy_addr) = spawn_proxy(up_addr);
     let (gateway, gw_addr) = spawn_gateway(&args.bin, up_addr, &dir);
@@ -721,4 +760,120 @@ async fn rss_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::p
         println!("| {name} | {:.1} | {errors} |", per / 1024.0);
     }
     println!();
+}
+
+/// CPU time process `pid` has spent, over all its threads, in ns.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Traces off / on / on with the collector down (see the module docs).
+async fn tracing_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::path::Path) {
+    let exports = Arc::new(AtomicUsize::new(0));
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind collector");
+    let collector = listener.local_addr().expect("addr");
+    let seen = exports.clone();
+    tokio::spawn(serve_http1(listener, move |req: Request<Incoming>| {
+        let seen = seen.clone();
+        async move {
+            let ok = req.into_body().collect().await.is_ok();
+            if ok {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+            let mut r = Response::new(Full::new(Bytes::new()).map_err(|e| match e {}).boxed());
+            r.headers_mut().insert(
+                "content-type",
+                hyper::header::HeaderValue::from_static("application/x-protobuf"),
+            );
+            Ok::<_, Infallible>(r)
+        }
+    }));
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let setups = [
+        ("traces off", String::new()),
+        (
+            "traces on, collector up",
+            format!("[log]\notlp_endpoint = \"http://{collector}\"\n"),
+        ),
+        (
+            "traces on, collector down",
+            format!("[log]\notlp_endpoint = \"http://{down}\"\n"),
+        ),
+    ];
+    let mut gws = Vec::new();
+    for (i, (name, extra)) in setups.iter().enumerate() {
+        let (child, addr) = spawn_gateway_with(&args.bin, up_addr, dir, &format!("gw{i}"), extra);
+        wait_ready(&bench.client, &addr).await;
+        let url = format!("http://{addr}{CHAT_PATH}");
+        run_level(bench, &url, true, 10, Job::new(20, 0, false)).await;
+        gws.push((*name, child, url));
+    }
+    println!(
+        "## Tracing overhead\n\nGrounded (web_search on) unpaced streams of 20 events; {} interleaved rounds per level, medians; CPU of the serve process per request.\n",
+        args.rounds
+    );
+    println!(
+        "| streams | target | CPU µs/request | vs traces off | head p50 µs | event p50 µs | requests | errors |\n|---|---|---|---|---|---|---|---|"
+    );
+    let job = Job::new(20, 0, false);
+    for &n in &args.tracing {
+        // About 200 requests per target per round.
+        let batches = (200 / n).max(1);
+        let mut cpu = vec![Vec::new(); gws.len()];
+        let mut head = vec![Vec::new(); gws.len()];
+        let mut event = vec![Vec::new(); gws.len()];
+        let (mut requests, mut errors) = (vec![0; gws.len()], vec![0; gws.len()]);
+        for _ in 0..args.rounds {
+            for (i, (_, child, url)) in gws.iter().enumerate() {
+                let pid = child.0.id();
+                let c0 = cpu_ns(pid);
+                let mut heads = Vec::new();
+                let mut events = Vec::new();
+                for _ in 0..batches {
+                    let l = run_level(bench, url, true, n, job).await;
+                    heads.push(l.head_p50_us);
+                    events.push(l.p50_us);
+                    errors[i] += l.errors;
+                }
+                let c1 = cpu_ns(pid);
+                let done = batches * n;
+                requests[i] += done;
+                cpu[i].push((c1 - c0) as f64 / 1000.0 / done as f64);
+                head[i].push(median(&mut heads));
+                event[i].push(median(&mut events));
+            }
+        }
+        let base = median(&mut cpu[0].clone());
+        for (i, (name, _, _)) in gws.iter().enumerate() {
+            let c = median(&mut cpu[i]);
+            println!(
+                "| {n} | {name} | {c:.1} | {:+.1}% | {:.1} | {:.1} | {} | {} |",
+                (c / base - 1.0) * 100.0,
+                median(&mut head[i]),
+                median(&mut event[i]),
+                requests[i],
+                errors[i]
+            );
+        }
+    }
+    println!(
+        "\ncollector exports received: {}",
+        exports.load(Ordering::Relaxed)
+    );
 }

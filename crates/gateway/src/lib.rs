@@ -7,7 +7,7 @@
 //! is the HTTP shell around them:
 //!
 //! * `server`: accepting HTTP/1.1 and h2c connections, slow-client limits,
-//!   the graceful drain;
+//!   the state of the moment per request, the graceful drain;
 //! * `proxy`: the probes and the plumbing around each request's
 //!   `citestream_host::exchange::Exchange` (which decides everything about
 //!   the request and its response);
@@ -43,7 +43,9 @@ use citestream::quota::{Clock, SystemClock};
 use citestream_host::config::{Config, ConfigError};
 use citestream_host::grounding::Grounding;
 use citestream_host::metrics::Metrics;
+use citestream_host::reload::{Reloader, Signal, rebuild_grounding};
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 
 mod body;
 /// The built-in demo model (its own crate, `citestream-demo`).
@@ -53,14 +55,33 @@ mod server;
 mod upstream;
 
 use proxy::State;
+use server::{Drain, Live};
 use upstream::Upstream;
 
 /// A configured gateway, ready to serve.
 #[derive(Debug)]
 pub struct Gateway {
-    state: Arc<State>,
+    live: Arc<Live>,
     header_timeout: Duration,
-    grace: Duration,
+    drain: Drain,
+}
+
+/// The state of `cfg` on `grounding` (the one place a [`State`] is made).
+fn state(cfg: &Config, grounding: Grounding) -> Result<State, ConfigError> {
+    let upstream = Upstream::new(cfg, grounding.metrics().clone(), grounding.tls())
+        .map_err(|m| ConfigError::new("upstream", m))?;
+    Ok(State {
+        grounding: Arc::new(grounding),
+        upstream,
+        draining: AtomicBool::new(false),
+    })
+}
+
+fn drain_of(cfg: &Config) -> Drain {
+    Drain {
+        delay: cfg.server.drain_delay,
+        grace: cfg.server.shutdown_grace,
+    }
 }
 
 impl Gateway {
@@ -79,16 +100,10 @@ impl Gateway {
     /// As [`Gateway::new`].
     pub async fn with_clock(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Gateway, ConfigError> {
         let grounding = Grounding::with_clock(cfg, clock).await?;
-        let upstream = Upstream::new(cfg, grounding.metrics().clone(), grounding.tls())
-            .map_err(|m| ConfigError::new("upstream", m))?;
         Ok(Gateway {
-            state: Arc::new(State {
-                grounding: Arc::new(grounding),
-                upstream,
-                draining: AtomicBool::new(false),
-            }),
+            live: Arc::new(Live::new(state(cfg, grounding)?)),
             header_timeout: cfg.server.header_read_timeout,
-            grace: cfg.server.shutdown_grace,
+            drain: drain_of(cfg),
         })
     }
 
@@ -96,26 +111,112 @@ impl Gateway {
     /// its base URL), for the start-up banner.
     #[must_use]
     pub fn upstream_name(&self) -> String {
-        self.state.upstream.describe()
+        self.live.state.load().upstream.describe()
     }
 
-    /// The metrics registry.
+    /// The metrics registry (the same one across config reloads).
     #[must_use]
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        self.state.grounding.metrics()
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.live.state.load().grounding.metrics().clone()
     }
 
     /// Serves connections from `listener` until `shutdown` completes, then
     /// stops accepting, answers `/readyz` with 503 and lets open requests
-    /// finish for up to `server.shutdown_grace`.
+    /// finish for up to `server.shutdown_grace` (no `server.drain_delay`:
+    /// see [`Gateway::run`] for the signals' behaviour).
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
-        server::serve(
-            self.state,
-            listener,
-            self.header_timeout,
-            self.grace,
-            shutdown,
-        )
+        let drain = Drain {
+            delay: Duration::ZERO,
+            ..self.drain
+        };
+        server::serve(self.live, listener, self.header_timeout, async {
+            shutdown.await;
+            drain
+        })
         .await;
+    }
+
+    /// Serves connections from `listener`, driven by `signals` until one
+    /// stops it or the channel closes (then as [`Signal::Interrupt`]):
+    ///
+    /// * [`Signal::Reload`]: `reloader` reads the config file again and
+    ///   the new state (accounts and keys, plans, upstream, search provider
+    ///   and local index, inject, rewrite, `server.max_request_body`) is
+    ///   built on a blocking thread, then used by every request that
+    ///   starts afterwards; requests already running finish with the old
+    ///   one. The quota store (and so today's counts) and the metrics are
+    ///   kept; a new store is made only when `[quota]` changed. A file that
+    ///   does not load or build is logged and the old config stays.
+    ///   `applied` is called with each config put in force (the host
+    ///   applies what lives outside the gateway, such as the log level).
+    /// * [`Signal::Terminate`]: `/readyz` answers 503 for
+    ///   `server.drain_delay` while everything is still served, then the
+    ///   listener closes and open requests finish for up to
+    ///   `server.shutdown_grace`; then this returns.
+    /// * [`Signal::Interrupt`]: the same without the delay.
+    ///
+    /// The drain times are the config in force when the signal arrives.
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        mut signals: mpsc::Receiver<Signal>,
+        reloader: Reloader,
+        applied: impl Fn(&Config) + Send + Sync + 'static,
+    ) {
+        let reloader = Arc::new(reloader);
+        let applied = Arc::new(applied);
+        let live = self.live.clone();
+        let control = async move {
+            let (reload_tx, mut reload_rx) = mpsc::channel::<()>(1);
+            let reloads = {
+                let (live, reloader) = (live.clone(), reloader.clone());
+                tokio::spawn(async move {
+                    while reload_rx.recv().await.is_some() {
+                        reload(&live, &reloader, &*applied).await;
+                    }
+                })
+            };
+            let stop = loop {
+                match signals.recv().await {
+                    Some(Signal::Reload) => {
+                        // One waiting reload covers every SIGHUP before it.
+                        let _ = reload_tx.try_send(());
+                    }
+                    Some(Signal::Terminate) => break true,
+                    Some(Signal::Interrupt) | None => break false,
+                    Some(_) => {}
+                }
+            };
+            drop(reload_tx);
+            reloads.abort();
+            let drain = drain_of(&reloader.config());
+            if stop {
+                drain
+            } else {
+                Drain {
+                    delay: Duration::ZERO,
+                    ..drain
+                }
+            }
+        };
+        server::serve(self.live, listener, self.header_timeout, control).await;
+    }
+}
+
+/// One reload: the config file again, the new state built off the serving
+/// path, then stored.
+async fn reload(live: &Live, reloader: &Reloader, applied: &(dyn Fn(&Config) + Send + Sync)) {
+    let old = live.state.load();
+    let built = reloader
+        .reload(move |old_cfg, new_cfg| {
+            state(
+                new_cfg,
+                rebuild_grounding(&old.grounding, old_cfg, new_cfg)?,
+            )
+        })
+        .await;
+    if let Some((state, cfg)) = built {
+        live.store(state);
+        applied(&cfg);
     }
 }

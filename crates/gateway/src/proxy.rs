@@ -33,6 +33,9 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use tracing::Instrument;
+
+use citestream_host::telemetry;
 
 use crate::body::{AnyBody, Exchanged, full};
 use crate::upstream::{OutBody, Upstream, UpstreamFailure, json_response};
@@ -61,6 +64,25 @@ pub(crate) async fn handle(
         );
         return Ok(r);
     }
+    let span = telemetry::request_span(req.method().as_str(), req.uri().path(), req.headers());
+    let resp = exchange(state, req, client).instrument(span.clone()).await;
+    telemetry::record_status(&span, resp.status().as_u16());
+    if let Some(v) = resp
+        .headers()
+        .get("x-citestream-search")
+        .and_then(|v| v.to_str().ok())
+    {
+        span.record("citestream.search", v);
+    }
+    Ok(resp)
+}
+
+/// One exchange, in the `request` span.
+async fn exchange(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    client: Option<SocketAddr>,
+) -> Response<AnyBody> {
     let (parts, body) = req.into_parts();
     let path = parts
         .uri
@@ -75,16 +97,16 @@ pub(crate) async fn handle(
     let mut ex = Exchange::new(state.grounding.clone(), head);
     let (method, uri) = (parts.method, parts.uri);
     let (body, whole) = match ex.handling() {
-        Handling::NotOurs => return Ok(reply(ex.not_found())),
+        Handling::NotOurs => return reply(ex.not_found()),
         Handling::Grounded(_) => match read_body(&mut ex, body).await {
             Ok(b) => (None, Some(b)),
-            Err(r) => return Ok(reply(r)),
+            Err(r) => return reply(r),
         },
         Handling::Proxied => (Some(body), None),
     };
     let fwd = match ex.on_request(whole).await {
         Ok(f) => f,
-        Err(r) => return Ok(reply(r)),
+        Err(r) => return reply(r),
     };
     let mut headers = forward_headers(ex.request_headers());
     let up_body = match (fwd.body, body) {
@@ -103,14 +125,38 @@ pub(crate) async fn handle(
     *up.method_mut() = method;
     *up.uri_mut() = uri;
     *up.headers_mut() = headers;
-    let resp = match state.upstream.send(ex.endpoint(), up).await {
+    let upstream = tracing::info_span!(
+        "upstream",
+        otel.kind = "client",
+        http.response.status_code = tracing::field::Empty,
+        citestream.headers_ms = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    telemetry::inject_trace(&upstream, up.headers_mut());
+    let t0 = std::time::Instant::now();
+    let sent = state
+        .upstream
+        .send(ex.endpoint(), up)
+        .instrument(upstream.clone())
+        .await;
+    upstream.record("citestream.headers_ms", t0.elapsed().as_secs_f64() * 1000.0);
+    match &sent {
+        Ok(r) => telemetry::record_status(&upstream, r.status().as_u16()),
+        Err(_) => {
+            upstream.record("otel.status_code", "ERROR");
+        }
+    }
+    drop(upstream);
+    let resp = match sent {
         Ok(r) => r,
         Err(f) => {
             let (class, detail) = failure_class(f);
-            return Ok(reply(ex.on_error(class, &detail).await));
+            return reply(ex.on_error(class, &detail).await);
         }
     };
-    Ok(respond(ex, resp).await)
+    respond(ex, resp)
+        .instrument(tracing::info_span!("response"))
+        .await
 }
 
 /// `/healthz`, `/readyz`, `/metrics`; `None` for any other path.

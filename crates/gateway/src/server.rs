@@ -6,15 +6,23 @@
 //!   `server.header_read_timeout` (the connection is closed otherwise), so a
 //!   slow client only ever holds its own connection. A connection whose
 //!   first bytes do not arrive in that time is closed too.
-//! * On shutdown: the listener is closed (new connections are refused),
-//!   `/readyz` answers 503, idle connections close, open requests and
-//!   streams run on for up to `server.shutdown_grace`; then [`serve`]
-//!   returns.
+//! * Each request takes the gateway's state of the moment ([`Swap::load`])
+//!   once, at its start, and keeps it to its end: a config reload changes
+//!   what later requests get, never an open stream.
+//! * On shutdown ([`Drain`]): `/readyz` answers 503 at once, and for
+//!   `delay` everything is still served and new connections accepted (a
+//!   load balancer's probe sees the 503 and stops sending); then the
+//!   listener is closed (new connections are refused), idle connections
+//!   close, open requests and streams run on for up to `grace`; then
+//!   [`serve`] returns.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use citestream_host::reload::Swap;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -27,13 +35,52 @@ use crate::proxy::{State, handle};
 /// The HTTP/2 connection preface.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Serves `listener` until `shutdown` completes, then drains.
+/// How to stop: `/readyz` 503 and still serving for `delay`, then open
+/// requests may finish for up to `grace`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Drain {
+    pub(crate) delay: Duration,
+    pub(crate) grace: Duration,
+}
+
+/// The state requests use, and whether the gateway is stopping (a state
+/// stored by a reload from then on is draining too).
+#[derive(Debug)]
+pub(crate) struct Live {
+    pub(crate) state: Swap<State>,
+    pub(crate) closing: AtomicBool,
+}
+
+impl Live {
+    pub(crate) fn new(state: State) -> Live {
+        Live {
+            state: Swap::new(Arc::new(state)),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    /// Replaces the state for new requests (a reload).
+    pub(crate) fn store(&self, state: State) {
+        let state = Arc::new(state);
+        self.state.store(state.clone());
+        if self.closing.load(Ordering::SeqCst) {
+            state.draining.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// `/readyz` answers 503 from now on.
+    fn start_draining(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.state.load().draining.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Serves `listener` until `shutdown` completes, then drains as it says.
 pub(crate) async fn serve(
-    state: Arc<State>,
+    live: Arc<Live>,
     listener: TcpListener,
     header_timeout: Duration,
-    grace: Duration,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Future<Output = Drain>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -46,41 +93,63 @@ pub(crate) async fn serve(
         .keep_alive_interval(Some(Duration::from_secs(30)));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait a little.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
+    let accept = |stream: TcpStream, peer: SocketAddr| {
         let _ = stream.set_nodelay(true);
-        let state = state.clone();
+        let live = live.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             if !preface_arrives(&stream, header_timeout).await {
                 return;
             }
-            let svc = service_fn(move |req| handle(state.clone(), req, Some(peer)));
+            // The state of the moment, once per request.
+            let svc = service_fn(move |req| handle(live.state.load(), req, Some(peer)));
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });
+    };
+    let drain = loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => accept(stream, peer),
+                Err(e) => accept_failed(&e).await,
+            },
+            d = &mut shutdown => break d,
+        }
+    };
+    live.start_draining();
+    if !drain.delay.is_zero() {
+        tracing::info!(
+            drain_delay_secs = drain.delay.as_secs_f64(),
+            "draining: /readyz answers 503, still serving"
+        );
+        let delay = tokio::time::sleep(drain.delay);
+        tokio::pin!(delay);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => accept(stream, peer),
+                    Err(e) => accept_failed(&e).await,
+                },
+                () = &mut delay => break,
+            }
+        }
     }
     drop(listener);
-    state.draining.store(true, Ordering::SeqCst);
+    let grace = drain.grace;
     tracing::info!(grace_secs = grace.as_secs_f64(), "draining");
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("drained"),
         () = tokio::time::sleep(grace) => tracing::warn!("shutdown grace over; closing the open connections"),
     }
+}
+
+/// Out of file descriptors and the like: log, and wait a little.
+async fn accept_failed(e: &std::io::Error) {
+    tracing::warn!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 /// Waits (without consuming anything) until the client has sent enough to

@@ -74,15 +74,13 @@ async fn chat_stream_is_grounded_and_rewritten_under_any_chunking() {
     assert_eq!(s.headers["x-request-id"], "rid-1");
     let v: Value = serde_json::from_slice(&s.body).unwrap();
     assert!(v.get("web_search").is_none());
-    let last = &v["messages"][0]["content"];
+    // A string content stays a string: the sources block, then the question.
+    let last = v["messages"][0]["content"].as_str().unwrap();
+    assert!(last.contains("[1] Lisbon weather"), "{last}");
     assert!(
-        last[0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("[1] Lisbon weather"),
+        last.ends_with("\n\nWeather in Lisbon this weekend?"),
         "{last}"
     );
-    assert_eq!(last[1]["text"], "Weather in Lisbon this weekend?");
     assert!(
         s.body
             .starts_with(br#"{"model":"shannon-3","stream":true,"messages":"#)

@@ -13,6 +13,10 @@
 //!   `CITESTREAM_REDIS_URL`, when set (even to ""), replace `server.listen`,
 //!   `upstream.base_url` and `quota.redis_url`; a `--listen` flag is applied
 //!   by the caller afterwards ([`Config::set_listen`]).
+//! * Relative paths in a file (`search.local.path`, `search.static.path`)
+//!   resolve against the folder of that file, not the working directory
+//!   ([`Config::resolve_paths`]); the embedded defaults (no file) keep
+//!   theirs relative to the working directory.
 //! * Durations are written `"30s"`, `"500ms"`, `"2m"`; sizes `"32MiB"`,
 //!   `"64KiB"`, `"1MB"` or a plain number of bytes.
 //! * Every error is a [`ConfigError`] whose `Display` is one line naming
@@ -41,7 +45,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use citestream::request::{InjectOptions, Placement};
+use citestream::request::{InjectOptions, PLACEHOLDERS, Placement, Template};
 use citestream::{Dialect, OffsetUnit, RewriteOptions};
 use serde::Deserialize;
 
@@ -69,6 +73,8 @@ pub struct Config {
     pub search: SearchConfig,
     /// `[rewrite]`.
     pub rewrite: RewriteConfig,
+    /// `[inject]`.
+    pub inject: InjectConfig,
     /// `[quota]`.
     pub quota: QuotaConfig,
     /// `[auth]`.
@@ -77,6 +83,72 @@ pub struct Config {
     pub plans: BTreeMap<String, PlanConfig>,
     /// `[[accounts]]`.
     pub accounts: Vec<AccountConfig>,
+    /// `[log]`: log level and trace export.
+    pub log: LogConfig,
+    /// `[ext_proc]`: settings only `citestream ext-proc` reads.
+    pub ext_proc: ExtProcConfig,
+}
+
+/// `log.level`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Failures only.
+    Error,
+    /// Failures and 5xx request lines.
+    Warn,
+    /// One line per request (the default).
+    #[default]
+    Info,
+    /// Probes and protocol detail too.
+    Debug,
+}
+
+/// `[log]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct LogConfig {
+    /// `error | warn | info | debug`; `RUST_LOG`, when set, overrides it.
+    pub level: LogLevel,
+    /// `""` (the default): no traces; else an OTLP/HTTP collector's base
+    /// URL (`http://127.0.0.1:4318`), which gets the spans at
+    /// `{otlp_endpoint}/v1/traces`.
+    pub otlp_endpoint: String,
+}
+
+/// `[ext_proc]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ExtProcConfig {
+    /// Where `ext-proc` serves `/metrics`, `/healthz` and `/readyz`;
+    /// `""` turns it off. Default `127.0.0.1:9464`.
+    pub metrics_listen: String,
+}
+
+impl Default for ExtProcConfig {
+    fn default() -> Self {
+        ExtProcConfig {
+            metrics_listen: "127.0.0.1:9464".to_owned(),
+        }
+    }
+}
+
+impl ExtProcConfig {
+    /// The metrics address; `None` when turned off.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `ext_proc.metrics_listen` when it is not an
+    /// address.
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        if self.metrics_listen.is_empty() {
+            return Ok(None);
+        }
+        parse_listen(&self.metrics_listen)
+            .map(Some)
+            .map_err(|m| ConfigError::new("ext_proc.metrics_listen", m))
+    }
 }
 
 /// `[server]`.
@@ -89,6 +161,11 @@ pub struct ServerConfig {
     /// How long open streams may run on after SIGTERM/SIGINT. Default 30 s.
     #[serde(with = "units::duration")]
     pub shutdown_grace: Duration,
+    /// After SIGTERM: `/readyz` answers 503 this long, everything still
+    /// served, before the listener closes (so a load balancer's probe
+    /// sees it). Default 0 s.
+    #[serde(with = "units::duration")]
+    pub drain_delay: Duration,
     /// Largest request body; larger is a 413. Default 32 MiB.
     pub max_request_body: ByteSize,
     /// How long a client may take to send a request's headers (slow
@@ -103,6 +180,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             shutdown_grace: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
             max_request_body: ByteSize(32 << 20),
             header_read_timeout: Duration::from_secs(10),
         }
@@ -258,6 +336,50 @@ impl Default for RewriteConfig {
     }
 }
 
+/// `inject.placement`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementName {
+    /// In front of the last user message.
+    #[default]
+    User,
+    /// A system message (chat) / appended to `system` (messages).
+    System,
+}
+
+/// `[inject]`: where the sources block goes and what it says (the
+/// defaults are [`Template::default`]'s).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct InjectConfig {
+    /// `user | system`.
+    pub placement: PlacementName,
+    /// Text before the first source.
+    pub header: String,
+    /// One source, with the placeholders of
+    /// [`citestream::request::PLACEHOLDERS`] (`{n}`, `{title}`, …); any
+    /// other `{name}` is a start-up error.
+    pub source: String,
+    /// Between two sources.
+    pub separator: String,
+    /// After the last source.
+    pub footer: String,
+}
+
+impl Default for InjectConfig {
+    fn default() -> Self {
+        let t = Template::default();
+        InjectConfig {
+            placement: PlacementName::User,
+            header: t.header,
+            source: t.source,
+            separator: t.separator,
+            footer: t.footer,
+        }
+    }
+}
+
 /// `quota.store`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -271,7 +393,7 @@ pub enum StoreName {
 }
 
 /// `[quota]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct QuotaConfig {
@@ -488,6 +610,20 @@ impl Config {
         Ok(())
     }
 
+    /// Applies a `--metrics-listen` flag (`citestream ext-proc`) over
+    /// `ext_proc.metrics_listen`; `""` turns the port off.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `--metrics-listen` when `addr` is not an
+    /// address.
+    pub fn set_metrics_listen(&mut self, addr: &str) -> Result<(), ConfigError> {
+        if !addr.is_empty() {
+            parse_listen(addr).map_err(|m| ConfigError::new("--metrics-listen", m))?;
+        }
+        addr.clone_into(&mut self.ext_proc.metrics_listen);
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         check_base_url(&self.upstream.base_url)
             .map_err(|m| ConfigError::new("upstream.base_url", m))?;
@@ -547,6 +683,16 @@ impl Config {
                 _ => {}
             }
         }
+        self.ext_proc.metrics_addr()?;
+        check_base_url(&self.log.otlp_endpoint)
+            .map_err(|m| ConfigError::new("log.otlp_endpoint", m))?;
+        if let Some(p) = self.inject_options().template.unknown_placeholder() {
+            let known: Vec<String> = PLACEHOLDERS.iter().map(|n| format!("{{{n}}}")).collect();
+            return Err(ConfigError::new(
+                "inject.source",
+                format!("unknown placeholder {p} (known: {})", known.join(" ")),
+            ));
+        }
         crate::auth::Accounts::from_config(self).map(drop)
     }
 
@@ -568,13 +714,21 @@ impl Config {
         o
     }
 
-    /// How sources are put in front of the model: the default template,
-    /// prepended to the last user message (docs/reference/request.md).
+    /// How sources are put in front of the model, from `[inject]`.
     #[must_use]
     pub fn inject_options(&self) -> InjectOptions {
+        let i = &self.inject;
         InjectOptions {
-            placement: Placement::UserMessage,
-            ..InjectOptions::default()
+            placement: match i.placement {
+                PlacementName::User => Placement::UserMessage,
+                PlacementName::System => Placement::System,
+            },
+            template: Template {
+                header: i.header.clone(),
+                source: i.source.clone(),
+                separator: i.separator.clone(),
+                footer: i.footer.clone(),
+            },
         }
     }
 }

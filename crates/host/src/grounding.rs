@@ -30,6 +30,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use tracing::Instrument;
+
 use bytes::Bytes;
 use citestream::RewriteOptions;
 use citestream::flow::{Flow, Outcome, ResponsePlan};
@@ -227,6 +229,24 @@ impl Grounding {
         })
     }
 
+    /// The request side of a reloaded `cfg` (accounts and keys, plans,
+    /// search provider, inject and rewrite options all `cfg`'s), keeping
+    /// this one's metrics registry and clock, and its quota store when
+    /// `keep_store` (the counts survive; see
+    /// [`crate::reload::keep_store`]). A local index is built here: call
+    /// it off the serving path.
+    ///
+    /// # Errors
+    /// As [`Grounding::new`].
+    pub async fn reloaded(&self, cfg: &Config, keep_store: bool) -> Result<Grounding, ConfigError> {
+        let mut g = Grounding::with_clock(cfg, self.clock.0.clone()).await?;
+        g.metrics = self.metrics.clone();
+        if keep_store {
+            g.store = self.store.clone();
+        }
+        Ok(g)
+    }
+
     /// The TLS trust of `[tls]` ([`crate::tls`]), for the host's own
     /// outgoing clients (the gateway's upstream).
     #[must_use]
@@ -301,12 +321,19 @@ impl Grounding {
         headers: &http::HeaderMap,
         body: Bytes,
     ) -> Result<Grounded, ErrorReply> {
-        let account = match self.accounts.authenticate_headers(headers) {
+        let auth = tracing::info_span!("auth", citestream.account = tracing::field::Empty);
+        let account = match auth.in_scope(|| self.accounts.authenticate_headers(headers)) {
             Ok(a) => a,
             Err(e) => return Err(ErrorReply::unauthorized(endpoint.into(), &e.to_string())),
         };
+        auth.record("citestream.account", account.id());
+        drop(auth);
         let limit = account.searches_per_day();
-        let flow = match Flow::start(&self.store, account.id(), limit, endpoint, body).await {
+        let reserve = tracing::info_span!("quota.reserve", citestream.account = account.id());
+        let flow = match Flow::start(&self.store, account.id(), limit, endpoint, body)
+            .instrument(reserve)
+            .await
+        {
             Ok(f) => f,
             Err(e) => return Err(ErrorReply::from(&e)),
         };
@@ -325,11 +352,19 @@ impl Grounding {
                 let formed = self.search.form(&q).await;
                 query_chars = Some(formed.text().chars().count());
                 tracing::debug!(query = %formed.text(), "search query");
+                let span = tracing::info_span!(
+                    "search",
+                    citestream.provider = self.search.provider_name(),
+                    citestream.results = tracing::field::Empty,
+                    citestream.cache = tracing::field::Empty,
+                );
                 let searched = (self.cache)
                     .search(self.search.provider_name(), formed.text(), || {
                         self.search.search_formed(&formed)
                     })
+                    .instrument(span.clone())
                     .await;
+                span.record("citestream.cache", searched.cache.as_str());
                 search_time = Some(t0.elapsed());
                 cache = searched.cache;
                 if let Some(hit) = cache.is_hit() {
@@ -337,6 +372,7 @@ impl Grounding {
                 }
                 match searched.result {
                     Ok(found) => {
+                        span.record("citestream.results", found.len());
                         let r = if found.is_empty() {
                             SearchResult::NothingFound
                         } else {

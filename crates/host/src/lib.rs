@@ -11,7 +11,9 @@
 //!   search → inject) and the values of the `x-citestream-*` headers;
 //! * [`errors`]: error bodies in the endpoint's shape (OpenAI or
 //!   Anthropic);
-//! * [`metrics`]: the Prometheus registry.
+//! * [`metrics`]: the Prometheus registry;
+//! * [`telemetry`]: JSON log lines and OpenTelemetry traces (`[log]`).
+//! * [`reload`]: the config reloaded on SIGHUP while serving.
 //!
 //! Hosts pass `http::HeaderMap`s (or raw header values) and `Bytes`; they
 //! own the server, the upstream connection and the response path, which
@@ -43,5 +45,7 @@ pub mod errors;
 pub mod exchange;
 pub mod grounding;
 pub mod metrics;
+pub mod reload;
 pub mod store;
+pub mod telemetry;
 pub mod tls;

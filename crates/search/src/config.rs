@@ -19,6 +19,7 @@
 //! model = ""
 //! [search.local]
 //! path = ""              # "" = the bundled corpus
+//! url_base = "local:"    # url of a passage whose file has none: url_base + relative path + #anchor
 //! [search.static]
 //! path = "sources.json"
 //! [search.searxng]
@@ -62,7 +63,7 @@ pub struct SearchConfig {
     /// `[search.query_model]`.
     pub query_model: QueryModelConfig,
     /// `[search.local]`.
-    pub local: PathConfig,
+    pub local: LocalConfig,
     /// `[search.static]`.
     pub r#static: PathConfig,
     /// `[search.searxng]`.
@@ -99,9 +100,7 @@ impl Default for SearchConfig {
             max_query_chars: 1000,
             query_timeout: Duration::from_secs(3),
             query_model: QueryModelConfig::default(),
-            local: PathConfig {
-                path: String::new(),
-            },
+            local: LocalConfig::default(),
             r#static: PathConfig {
                 path: "sources.json".into(),
             },
@@ -220,11 +219,32 @@ fn redacted(key: &str) -> &'static str {
     if key.is_empty() { "" } else { "<redacted>" }
 }
 
-/// `[search.local]` and `[search.static]`: a path.
+/// `[search.local]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalConfig {
+    /// The folder of documents; `""` = the bundled corpus.
+    pub path: String,
+    /// The URL of a passage whose file names none: `url_base` + the file's
+    /// path relative to the folder + `#` + the heading's anchor (default
+    /// `"local:"`), so no path of the server reaches a client.
+    pub url_base: String,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        LocalConfig {
+            path: String::new(),
+            url_base: crate::DEFAULT_URL_BASE.to_owned(),
+        }
+    }
+}
+
+/// `[search.static]`: a file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PathConfig {
-    /// A folder (`local`; `""` = the bundled corpus) or a file (`static`).
+    /// A JSON array of sources.
     pub path: String,
 }
 
@@ -293,6 +313,7 @@ mod tests {
         assert_eq!(c.r#static.path, "sources.json");
         assert_eq!(c.searxng.url, "http://127.0.0.1:8888");
         assert_eq!(c.local.path, "");
+        assert_eq!(c.local.url_base, "local:");
         assert_eq!(c.query, QueryMode::Context);
         assert_eq!(c.max_query_chars, 1000);
         assert_eq!(c.query_timeout, Duration::from_secs(3));
@@ -339,6 +360,7 @@ mod tests {
     fn unknown_keys_and_providers_are_errors() {
         assert!(parse("[search]\nmax_result = 3\n").is_err());
         assert!(parse("[search.searxng]\napi_key = \"x\"\n").is_err());
+        assert!(parse("[search.static]\nurl_base = \"x\"\n").is_err());
         let e = parse("[search]\nprovider = \"google\"\n").unwrap_err();
         assert!(e.contains("google"), "{e}");
         assert!(parse("[search]\ntimeout = \"soon\"\n").is_err());

@@ -64,10 +64,10 @@ pub use citestream::request::SearchQuery;
 pub use citestream::sources::Source;
 
 pub use config::{
-    EndpointConfig, PathConfig, ProviderKind, QueryMode, QueryModelConfig, SearchConfig,
-    SearxngConfig,
+    EndpointConfig, LocalConfig, PathConfig, ProviderKind, QueryMode, QueryModelConfig,
+    SearchConfig, SearxngConfig,
 };
-pub use local::LocalIndex;
+pub use local::{DEFAULT_URL_BASE, LocalIndex};
 pub use provider::{BoxFuture, Provider, SearchError, SearchErrorKind};
 pub use query::{Formation, FormedQuery};
 pub use search::{Search, SetupError};

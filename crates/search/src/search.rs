@@ -86,7 +86,10 @@ impl Search {
     ) -> Result<Search, SetupError> {
         let provider: Box<dyn Provider> = match config.provider {
             ProviderKind::Local if config.local.path.is_empty() => Box::new(LocalIndex::bundled()),
-            ProviderKind::Local => Box::new(LocalIndex::from_dir(Path::new(&config.local.path))?),
+            ProviderKind::Local => Box::new(LocalIndex::from_dir_with_url_base(
+                Path::new(&config.local.path),
+                &config.local.url_base,
+            )?),
             ProviderKind::Static => Box::new(StaticFile::load(Path::new(&config.r#static.path))?),
             kind => Box::new(Remote::new(kind, config, tls)?),
         };

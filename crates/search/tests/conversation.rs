@@ -12,7 +12,8 @@
 //! document in the top 3 for at least 90%, at least twice as often as
 //! `last` (top 1 and top 3); topic switches put the new subject first for
 //! at least 90%, no worse than `last`, and carry no term of the old
-//! subject.
+//! subject. `CONVO_DEBUG=1` also prints every conversation whose document
+//! is not first.
 
 use std::collections::BTreeMap;
 
@@ -206,6 +207,14 @@ async fn conversations_find_their_subject() {
         } else {
             got.contains(&c.want)
         };
+        if std::env::var_os("CONVO_DEBUG").is_some() && got.first() != Some(&c.want) {
+            println!(
+                "not first (line {}): {:?} -> {:?}",
+                c.line,
+                formed.text(),
+                got
+            );
+        }
         if !ok {
             println!(
                 "miss (line {}, {}): {:?} -> {:?}: want {:?}, got {got:?}",

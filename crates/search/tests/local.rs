@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use citestream_search::{
-    LocalIndex, PathConfig, ProviderKind, Search, SearchConfig, SearchQuery, Source,
+    LocalConfig, LocalIndex, ProviderKind, Search, SearchConfig, SearchQuery, Source,
 };
 
 /// A fresh folder under the system temp dir, removed on drop.
@@ -38,8 +38,9 @@ impl Drop for TempDir {
 fn local(dir: &Path) -> SearchConfig {
     SearchConfig {
         provider: ProviderKind::Local,
-        local: PathConfig {
+        local: LocalConfig {
             path: dir.display().to_string(),
+            ..LocalConfig::default()
         },
         ..SearchConfig::default()
     }
@@ -124,11 +125,8 @@ async fn markdown_front_matter_and_headings() {
     let got = search(&s, "port wine Douro").await;
     assert_eq!(got[0].title.as_deref(), Some("Porto"));
     assert_eq!(got[0].heading.as_deref(), Some("Porto"));
-    let url = got[0].url.as_deref().unwrap();
-    assert!(
-        url.starts_with("file:///") && url.ends_with("/sub/plain.txt#porto"),
-        "{url}"
-    );
+    // No server path: url_base + the path relative to the folder + anchor.
+    assert_eq!(got[0].url.as_deref(), Some("local:sub/plain.txt#porto"));
 
     assert!(search(&s, "zeppelin").await.is_empty());
 }
@@ -223,4 +221,41 @@ async fn static_file_provider() {
     c.r#static.path = dir.0.join("bad.json").display().to_string();
     let e = Search::new(&c).unwrap_err().to_string();
     assert!(e.contains("not a JSON array of sources"), "{e}");
+}
+
+#[tokio::test]
+async fn url_base_and_no_server_path_in_any_passage() {
+    let dir = TempDir::new("urlbase");
+    dir.write(
+        "a b/notes#1.md",
+        b"# Tram 28\n\nThe tram climbs to Alfama.\n\n## Fares\n\nA ticket costs three euros.\n",
+    );
+    dir.write("top.txt", b"Sintra palaces on the hills.\n");
+    let mut c = local(&dir.0);
+    c.local.url_base = "https://kb.example/docs/".into();
+    let index = LocalIndex::from_dir_with_url_base(&dir.0, &c.local.url_base).unwrap();
+    let mut urls: Vec<&str> = index
+        .passages()
+        .iter()
+        .filter_map(|p| p.url.as_deref())
+        .collect();
+    urls.sort_unstable();
+    assert_eq!(
+        urls,
+        [
+            "https://kb.example/docs/a%20b/notes%231.md#fares",
+            "https://kb.example/docs/a%20b/notes%231.md#tram-28",
+            "https://kb.example/docs/top.txt",
+        ]
+    );
+    // The default base, through the provider as a host builds it.
+    let s = Search::new(&local(&dir.0)).unwrap();
+    let got = search(&s, "Sintra palaces").await;
+    assert_eq!(got[0].url.as_deref(), Some("local:top.txt"));
+    // Nothing of the folder's absolute path, in any field of any passage.
+    let root = dir.0.display().to_string();
+    for p in LocalIndex::from_dir(&dir.0).unwrap().passages() {
+        let all = format!("{p:?}");
+        assert!(!all.contains(&root) && !all.contains("file:"), "{all}");
+    }
 }

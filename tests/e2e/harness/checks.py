@@ -13,8 +13,10 @@ Contract
 * `check_upstream_request(sent, span, received, sources)`: the upstream got
   `sent` with the `web_search` member removed and the numbered sources put
   into the last user message (every source's URL and text, in order, before
-  the question), and every other byte unchanged (all differences lie
-  inside the last user message's content value).
+  the question; a string content still a string ending with the question,
+  an array of parts with one text part in front), and every other byte
+  unchanged (all differences lie inside the last user message's content
+  value).
 * `openai_collect` / `anthropic_collect`: what an official SDK makes of a
   call: the list of `model_dump()`s of the chunks / events (or of the whole
   body), and the exception it raised (type and message), if any.
@@ -103,6 +105,14 @@ def check_upstream_request(sent: bytes, span: tuple[int, int], received: bytes, 
     del want["web_search"]
     assert got["messages"][:-1] == want["messages"][:-1], "earlier turns changed"
     assert {k: v for k, v in got.items() if k != "messages"} == {k: v for k, v in want.items() if k != "messages"}
+    # The shape is kept: a string content stays a string (`<block><question>`),
+    # an array of parts gets one text part in front.
+    sent_content, got_content = want["messages"][-1]["content"], got["messages"][-1]["content"]
+    if isinstance(sent_content, str):
+        assert isinstance(got_content, str) and got_content.endswith(sent_content), got_content
+    else:
+        assert isinstance(got_content, list) and got_content[1:] == sent_content, got_content
+        assert got_content[0]["type"] == "text" and set(got_content[0]) == {"type", "text"}, got_content[0]
     text = _last_user_text(got["messages"][-1])
     assert QUESTION in text, "the question is gone from the last user message"
     positions = []

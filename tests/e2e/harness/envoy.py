@@ -11,9 +11,10 @@ Contract
   `failure_mode_allow`. Each substitution must match exactly once, so a
   change to the shipped file that breaks it fails loudly.
 * `ExtProc.start(config)`: `citestream ext-proc --config FILE --listen
-  127.0.0.1:PORT` on a free port (config: a dict written as TOML); waits
-  until the port accepts connections; raises with the output when the
-  process exits first. `stop()` (SIGTERM, then SIGKILL) and `kill()`
+  127.0.0.1:PORT --metrics-listen 127.0.0.1:MPORT` on free ports (config: a
+  dict written as TOML); waits until the port accepts connections; raises
+  with the output when the process exits first. `metrics_port` is the
+  metrics port, `metrics()` the text of its `/metrics`. `stop()` (SIGTERM, then SIGKILL) and `kill()`
   (SIGKILL at once, for the broken-processor tests) act by pid.
 * `Envoy.start(processor=, upstream=, mode=, failure_mode_allow=,
   transform=)`: Envoy on that config (`transform`, a function of the YAML
@@ -111,13 +112,16 @@ class ExtProc(_Proc):
 
     @classmethod
     def start(cls, config: dict | str, *, env: dict | None = None, timeout: float = 30.0) -> "ExtProc":
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         tmp = Path(tempfile.mkdtemp(prefix="citestream-ext-proc-"))
         cfg = tmp / "citestream.toml"
         cfg.write_text(config if isinstance(config, str) else toml_dumps(config))
-        proc, tmp = _spawn([citestream_bin(), "ext-proc", "--config", str(cfg), "--listen", f"127.0.0.1:{port}"],
+        proc, tmp = _spawn([citestream_bin(), "ext-proc", "--config", str(cfg), "--listen", f"127.0.0.1:{port}",
+                            "--metrics-listen", f"127.0.0.1:{metrics_port}"],
                            "citestream-ext-proc-", env)
         p = cls(proc, port, tmp)
+        p.metrics_port = metrics_port
+        p.config_path = cfg  # rewritten by reload tests (SIGHUP)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -127,6 +131,11 @@ class ExtProc(_Proc):
             time.sleep(0.05)
         p.stop()
         raise RuntimeError(f"citestream ext-proc not listening after {timeout}s:\n{p.output()}")
+
+    def metrics(self) -> str:
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
 
     def log_lines(self) -> list[dict]:
         import json

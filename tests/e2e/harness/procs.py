@@ -118,7 +118,7 @@ class Serve:
 
     @classmethod
     def start(cls, config: dict | str | None, *, env: dict | None = None, args: list[str] | None = None,
-              timeout: float = 30.0) -> "Serve":
+              timeout: float = 30.0, cwd: Path | None = None) -> "Serve":
         tmp = Path(tempfile.mkdtemp(prefix="citestream-serve-"))
         config_path = None
         cmd = [citestream_bin(), "serve"]
@@ -132,7 +132,7 @@ class Serve:
         base = {k: v for k, v in os.environ.items() if k not in OVERRIDES}
         full_env = {**base, "RUST_BACKTRACE": "1", **(env or {})}
         proc = subprocess.Popen(
-            cmd, env=full_env, stdin=subprocess.DEVNULL,
+            cmd, env=full_env, stdin=subprocess.DEVNULL, cwd=cwd,
             stdout=open(tmp / "stdout", "wb"), stderr=open(tmp / "stderr", "wb"),
         )
         serve = cls(proc, port, tmp, config_path)

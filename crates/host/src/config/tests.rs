@@ -61,6 +61,13 @@ api_key = ""
 url = ""
 api_key = ""
 
+[inject]
+placement = "user"
+header = "Sources:\n\n"
+source = "[{n}] {title}\nURL: {url}\n{text}"   # {n} {title} {url} {text} {heading} {author} {year} {reference}
+separator = "\n\n"
+footer = "\n\n"
+
 [rewrite]
 dialect = "sources"
 offsets = "chars"
@@ -138,6 +145,10 @@ fn bad_values_are_named_on_one_line() {
             "plans.default.searches_per_day",
         ),
         ("[search]\ntimeout = \"8 parsecs\"\n", "search.timeout"),
+        ("[inject]\nplacement = \"assistant\"\n", "inject.placement"),
+        ("[inject]\nsource = \"[{n}] {titel}\"\n", "inject.source"),
+        ("[inject]\nheadr = \"x\"\n", "inject.headr"),
+        ("[inject]\nfooter = 3\n", "inject.footer"),
     ];
     for (text, key) in cases {
         let e = parse(text).unwrap_err();
@@ -146,6 +157,46 @@ fn bad_values_are_named_on_one_line() {
         assert!(!line.contains('\n'), "{line}");
         assert!(line.starts_with(&format!("{key}: ")), "{line}");
     }
+}
+
+#[test]
+fn inject_table() {
+    // The defaults are the core's.
+    assert_eq!(
+        parse("").unwrap().inject_options(),
+        InjectOptions::default()
+    );
+    let c = parse(
+        "[inject]\nplacement = \"system\"\nheader = \"H\"\nsource = \"<{n}|{url}|{heading}>\"\n\
+         separator = \"; \"\nfooter = \"\"\n",
+    )
+    .unwrap();
+    let o = c.inject_options();
+    assert_eq!(o.placement, Placement::System);
+    assert_eq!(
+        o.template,
+        Template {
+            header: "H".into(),
+            source: "<{n}|{url}|{heading}>".into(),
+            separator: "; ".into(),
+            footer: String::new(),
+        }
+    );
+    // Only the named keys change; other braces are text.
+    let c = parse("[inject]\nsource = \"{n}: {\\\"t\\\": 1} {}\"\n").unwrap();
+    assert_eq!(
+        c.inject_options().template.header,
+        Template::default().header
+    );
+    assert_eq!(c.inject_options().placement, Placement::UserMessage);
+    let e = parse("[inject]\nsource = \"{n} {snippet}\"\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "inject.source: unknown placeholder {snippet} (known: {n} {title} {url} {text} \
+         {heading} {author} {year} {reference})"
+    );
+    let e = parse("[inject]\nplacement = \"top\"\n").unwrap_err();
+    assert!(e.to_string().contains("`user`"), "{e}");
 }
 
 #[test]
@@ -244,6 +295,38 @@ fn options_follow_the_rewrite_table() {
 fn a_missing_file_is_named() {
     let e = Config::load(Some(Path::new("/nonexistent/citestream.toml"))).unwrap_err();
     assert_eq!(e.key(), "/nonexistent/citestream.toml");
+}
+
+#[test]
+fn relative_paths_resolve_against_the_config_files_folder() {
+    let dir = std::env::temp_dir().join(format!("citestream-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("conf")).unwrap();
+    let file = dir.join("conf").join("citestream.toml");
+    std::fs::write(
+        &file,
+        "[search.local]\npath = \"../kb\"\n[search.static]\npath = \"/abs/sources.json\"\n",
+    )
+    .unwrap();
+    let c = Config::load(Some(&file)).unwrap();
+    assert_eq!(
+        Path::new(&c.search.local.path),
+        dir.join("conf").join("../kb")
+    );
+    assert_eq!(c.search.r#static.path, "/abs/sources.json");
+    // The default static path is relative too: the config's folder.
+    std::fs::write(&file, "").unwrap();
+    let c = Config::load(Some(&file)).unwrap();
+    assert_eq!(
+        Path::new(&c.search.r#static.path),
+        dir.join("conf").join("sources.json")
+    );
+    assert_eq!(c.search.local.path, "", "the bundled corpus stays");
+    // No file: the working directory's, as written.
+    assert_eq!(
+        Config::load(None).unwrap().search.r#static.path,
+        "sources.json"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

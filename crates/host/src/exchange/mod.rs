@@ -113,6 +113,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use bytes::{Bytes, BytesMut};
 use citestream::flow::{Outcome, ResponsePlan};
 use citestream::request::Endpoint;
@@ -655,11 +657,15 @@ impl Exchange {
             return;
         };
         let r = if ok {
-            p.commit().await
+            p.commit()
+                .instrument(tracing::info_span!("quota.commit"))
+                .await
         } else {
             // Given back: one more left than the header said.
             self.remaining = self.remaining.map(|n| n.saturating_add(1));
-            p.release().await
+            p.release()
+                .instrument(tracing::info_span!("quota.release"))
+                .await
         };
         if let Err(e) = r {
             self.grounding.metrics().quota_error();

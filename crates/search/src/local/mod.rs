@@ -13,6 +13,12 @@
 //! Each passage is indexed as its title, heading and text together, so a
 //! country's name in the title counts for every passage about it.
 //!
+//! A passage whose file names no `url` gets `url_base` (default
+//! [`DEFAULT_URL_BASE`], `search.local.url_base`) + the file's path
+//! relative to the folder (`/`-separated; space, `#`, `%` and `?`
+//! escaped) + `#` + its heading's anchor: no path of the server's
+//! filesystem reaches a client.
+//!
 //! Files: see [`parse`] for the formats. Files with other extensions and
 //! hidden files (`.name`) are ignored; a file that cannot be read (no
 //! permission, not UTF-8, a dangling link) is skipped with a `warn` log
@@ -38,6 +44,9 @@ use std::path::{Path, PathBuf};
 use bm25::{Embedder, EmbedderBuilder, Language};
 
 use crate::{BoxFuture, FormedQuery, Provider, SearchError, SetupError, Source};
+
+/// The default `search.local.url_base`.
+pub const DEFAULT_URL_BASE: &str = "local:";
 
 /// A BM25 index over passages.
 pub struct LocalIndex {
@@ -67,12 +76,24 @@ impl LocalIndex {
         LocalIndex::new(bundled::passages())
     }
 
-    /// The index over the documents under `dir` (recursively).
+    /// The index over the documents under `dir` (recursively), with the
+    /// default `url_base` ([`DEFAULT_URL_BASE`]).
     ///
     /// # Errors
     ///
     /// A [`SetupError`] when `dir` cannot be listed or yields no passages.
     pub fn from_dir(dir: &Path) -> Result<LocalIndex, SetupError> {
+        LocalIndex::from_dir_with_url_base(dir, DEFAULT_URL_BASE)
+    }
+
+    /// The index over the documents under `dir` (recursively); a file
+    /// without a `url` of its own is published as `url_base` + its path
+    /// relative to `dir` (see the module docs).
+    ///
+    /// # Errors
+    ///
+    /// A [`SetupError`] when `dir` cannot be listed or yields no passages.
+    pub fn from_dir_with_url_base(dir: &Path, url_base: &str) -> Result<LocalIndex, SetupError> {
         let shown = dir.display();
         let mut files = Vec::new();
         walk(dir, &mut files).map_err(|e| {
@@ -91,7 +112,11 @@ impl LocalIndex {
                     continue;
                 }
             };
-            let url = file_url(file);
+            // `walk` yields `dir`-joined paths; the fallback is the name alone.
+            let relative = file
+                .strip_prefix(dir)
+                .unwrap_or_else(|_| Path::new(file.file_name().unwrap_or_default()));
+            let url = file_url(url_base, relative);
             add_document(&mut passages, &name, &url, &text);
         }
         if passages.is_empty() {
@@ -246,20 +271,38 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `file://` URL of a path (absolute when it can be made so; spaces and
-/// `#`/`%`/`?` escaped).
-fn file_url(path: &Path) -> String {
-    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut url = String::from("file://");
-    for c in abs.to_string_lossy().chars() {
-        match c {
-            ' ' => url.push_str("%20"),
-            '#' => url.push_str("%23"),
-            '%' => url.push_str("%25"),
-            '?' => url.push_str("%3F"),
-            '\\' => url.push('/'),
-            c => url.push(c),
+/// `url_base` + `relative` (a path inside the folder), `/`-separated,
+/// with spaces and `#`/`%`/`?` escaped.
+fn file_url(url_base: &str, relative: &Path) -> String {
+    let mut url = String::from(url_base);
+    for (i, part) in relative.iter().enumerate() {
+        if i > 0 {
+            url.push('/');
+        }
+        for c in part.to_string_lossy().chars() {
+            match c {
+                ' ' => url.push_str("%20"),
+                '#' => url.push_str("%23"),
+                '%' => url.push_str("%25"),
+                '?' => url.push_str("%3F"),
+                c => url.push(c),
+            }
         }
     }
     url
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_urls_are_relative_to_the_folder() {
+        let p = Path::new("sub dir").join("a#b%c?.md");
+        assert_eq!(file_url("local:", &p), "local:sub%20dir/a%23b%25c%3F.md");
+        assert_eq!(
+            file_url("https://docs.example/kb/", Path::new("x.txt")),
+            "https://docs.example/kb/x.txt"
+        );
+    }
 }

@@ -7,7 +7,8 @@
 //!   Each passage keeps its heading as `heading`; a section longer than
 //!   [`MAX_PASSAGE_CHARS`] is split further at blank lines. The title is
 //!   the front matter's, else the first `#` heading, else the file stem.
-//!   The URL is the front matter's, else `file://` + the file's path, with
+//!   The URL is the front matter's, else the folder's `url_base` + the
+//!   file's path relative to the folder (see the parent module), with
 //!   `#` + a slug of the heading appended (so each passage has its own URL
 //!   and the adapter's duplicate-URL rule keeps passages of one document
 //!   apart).
@@ -234,7 +235,7 @@ mod tests {
     #[test]
     fn front_matter_headings_and_urls() {
         let doc = "---\ntitle: \"Lisbon guide\"\nurl: https://ex/lisbon\nauthor: A. Writer\nyear: 2020\nreference: 7\nother: x\n---\nIntro line.\n\n# Big\n\n## Weather\nMild.\n```\n# not a heading\n```\n### Food ###\nFish.\n";
-        let p = markdown("docs/lisbon.md", "file:///docs/lisbon.md", doc);
+        let p = markdown("docs/lisbon.md", "local:docs/lisbon.md", doc);
         assert_eq!(p.len(), 3, "{p:#?}");
         assert_eq!(p[0].heading, None);
         assert_eq!(p[0].url.as_deref(), Some("https://ex/lisbon"));
@@ -254,16 +255,16 @@ mod tests {
     fn defaults_without_front_matter() {
         let p = markdown(
             "a/notes.txt",
-            "file:///a/notes.txt",
+            "local:a/notes.txt",
             "plain text\n#hashtag is not a heading\n",
         );
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].title.as_deref(), Some("notes"));
-        assert_eq!(p[0].url.as_deref(), Some("file:///a/notes.txt"));
-        let p = markdown("x.md", "file:///x.md", "# Title\n\nbody\n");
+        assert_eq!(p[0].url.as_deref(), Some("local:a/notes.txt"));
+        let p = markdown("x.md", "local:x.md", "# Title\n\nbody\n");
         assert_eq!(p[0].title.as_deref(), Some("Title"));
         // An unclosed front matter is text.
-        let p = markdown("y.md", "file:///y.md", "---\ntitle: t\nno end\n");
+        let p = markdown("y.md", "local:y.md", "---\ntitle: t\nno end\n");
         assert_eq!(p[0].title.as_deref(), Some("y"));
     }
 
@@ -271,7 +272,7 @@ mod tests {
     fn long_sections_split_at_blank_lines() {
         let para = "word ".repeat(300);
         let body = format!("## H\n{para}\n\n{para}\n\n{para}\n");
-        let p = markdown("l.md", "file:///l.md", &body);
+        let p = markdown("l.md", "local:l.md", &body);
         assert_eq!(p.len(), 3);
         assert!(p.iter().all(|s| s.heading.as_deref() == Some("H")));
     }

@@ -1,13 +1,13 @@
 //! A conversation file into a [`SearchQuery`], for `citestream search
 //! --conversation FILE`: what the gateway would search for that request.
 //!
-//! The file is a request body (`/v1/chat/completions` or `/v1/messages`;
-//! one with a top-level `system` is read as `/v1/messages`), or its
-//! `messages` array alone. It is read by the core's request inspection
+//! The file is a request body (`/v1/chat/completions`, `/v1/messages` or
+//! `/v1/responses`: one with a top-level `system` is read as
+//! `/v1/messages`, one with `input` and no `messages` as `/v1/responses`),
+//! or its `messages` array alone. It is read by the core's request inspection
 //! ([`citestream::request::inspect`]), as every host reads a request, with
 //! `web_search` set to true (appended last, so it wins over one the body
-//! has). A `/v1/responses` body (`input`) is refused until the core reads
-//! that endpoint's request side.
+//! has).
 
 use std::fmt;
 
@@ -40,7 +40,7 @@ fn error(message: impl Into<String>) -> ConversationError {
 /// # Errors
 ///
 /// A [`ConversationError`] when the file is not a JSON object or array, is
-/// a `/v1/responses` body, is refused by the request inspection (its
+/// refused by the request inspection (its
 /// message), or has no last user message with text.
 pub fn conversation_query(file: &[u8]) -> Result<SearchQuery, ConversationError> {
     let text = std::str::from_utf8(file).map_err(|e| error(format!("not UTF-8: {e}")))?;
@@ -53,12 +53,9 @@ pub fn conversation_query(file: &[u8]) -> Result<SearchQuery, ConversationError>
             format!("{{\"messages\":{trimmed},\"web_search\":true}}"),
         ),
         serde_json::Value::Object(o) => {
-            if o.contains_key("input") && !o.contains_key("messages") {
-                return Err(error(
-                    "a /v1/responses body (\"input\") is not read here yet: give a chat or messages body, or its messages array",
-                ));
-            }
-            let endpoint = if o.contains_key("system") {
+            let endpoint = if o.contains_key("input") && !o.contains_key("messages") {
+                Endpoint::Responses
+            } else if o.contains_key("system") {
                 Endpoint::Messages
             } else {
                 Endpoint::ChatCompletions
@@ -115,6 +112,13 @@ mod tests {
         assert_eq!(q.context[0].role, "system");
         assert_eq!(q.context.len(), 3);
 
+        let responses = br#"{"model":"m","input":[{"role":"user","content":"Kenya?"},
+            {"role":"assistant","content":"Nairobi."},{"role":"user","content":"climate?"}]}"#;
+        let q = conversation_query(responses).unwrap();
+        assert_eq!(q.text, "climate?");
+        let q = conversation_query(br#"{"model":"m","input":"Lisbon weather?"}"#).unwrap();
+        assert_eq!(q.text, "Lisbon weather?");
+
         let array = br#" [{"role":"user","content":"Kenya?"},{"role":"assistant","content":"Nairobi."},{"role":"user","content":"climate?"}] "#;
         let q = conversation_query(array).unwrap();
         assert_eq!(q.text, "climate?");
@@ -132,7 +136,6 @@ mod tests {
                 br#"[{"role":"assistant","content":"x"}]"#,
                 "no user message",
             ),
-            (br#"{"model":"m","input":"hi"}"#, "/v1/responses"),
             (b"\xff", "not UTF-8"),
         ] {
             let e = conversation_query(file).unwrap_err().to_string();

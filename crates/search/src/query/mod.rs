@@ -533,6 +533,32 @@ mod tests {
         assert_eq!(last.text(), "And its population?");
     }
 
+    /// The worked examples of docs/search.md.
+    #[test]
+    fn the_docs_examples() {
+        let f = formed(
+            &[
+                ("user", "What is the capital of Ruritania?"),
+                ("assistant", "The capital of Ruritania is Strelsau [1]."),
+            ],
+            "And what is its anthem?",
+        );
+        assert_eq!(f.text(), "And what is its anthem? Ruritania");
+        let f = formed(
+            &[
+                ("system", "You are a travel assistant for Freedonia."),
+                ("user", "Tell me about Ruritania."),
+                (
+                    "assistant",
+                    "Ruritania is a small kingdom in central Europe [1].",
+                ),
+            ],
+            "What is the national dish of Syldavia?",
+        );
+        assert_eq!(f.text(), "What is the national dish of Syldavia?");
+        assert_eq!(f.formation(), Formation::Question);
+    }
+
     #[test]
     fn system_turns_give_no_terms() {
         let f = formed(
