@@ -5,8 +5,8 @@ One processor (static search over `checks.SOURCES`) and two Envoys from the
 shipped `examples/envoy/envoy.yaml`, one per response body mode (`STREAMED`,
 `FULL_DUPLEX_STREAMED`); upstream: the replay server. Every recorded
 Responses fixture (tests/fixtures/upstream/responses/), streamed, whole and
-folded, in random piece sizes: the client receives exactly what the core's
-Responses rewriter writes for the same bytes, with the grounding headers;
+folded, in random piece sizes: the client receives exactly what `citestream
+rewrite --endpoint responses` writes for the same bytes, with the grounding headers;
 the upstream got `web_search` removed, the sources injected into the
 question's text (a string `input` stays a string), the client's key, and was
 asked for an uncompressed body. `web_search` not a boolean: a 400 in the
@@ -61,7 +61,7 @@ def test_raw_bytes_and_upstream_request(envoys, replay, name, kind, mode):
                                       "x-request-id": rid})
     assert status == 200, data[:2000]
     upstream_body, _ = replay.body(name, stream, "/v1/responses")
-    assert data == responses_expected(upstream_body, stream)
+    assert data == responses_expected(upstream_body)
     assert headers["x-citestream-search"] == "injected"
     assert headers["x-request-id"] == rid
     if stream:

@@ -3,8 +3,7 @@ on every recorded chat fixture (streamed and whole) and every recorded
 Responses stream (`responses.create`, `responses.stream` and its final
 response), replayed in random piece sizes: what the SDK hands out through
 the gateway equals what it hands out for the expected bytes (`citestream
-rewrite`, or the core's Responses rewriter, of the same upstream body with
-the same sources) served directly; the same error for error streams."""
+rewrite` of the same upstream body with the same sources) served directly; the same error for error streams."""
 
 from __future__ import annotations
 
@@ -56,7 +55,8 @@ RESPONSES_STREAMS = sorted(n for n, kind in RESPONSES_CASES if kind == "stream")
 def test_openai_npm_client_on_every_responses_stream(node, serve, replay, tmp_json, api):
     """`client.responses.create({stream: true})` and `client.responses.stream()`
     (with its `finalResponse()`) make of the gateway's answer what they make
-    of the core's rewrite of the same upstream stream served directly."""
+    of `citestream rewrite --endpoint responses` of the same upstream stream
+    served directly."""
     sources = tmp_json(SOURCES, "sources.json")
     gw = serve({"upstream": {"base_url": replay.url},
                 "search": {"provider": "static", "static": {"path": str(sources)}},
@@ -64,7 +64,7 @@ def test_openai_npm_client_on_every_responses_stream(node, serve, replay, tmp_js
     jobs = []
     for i, name in enumerate(RESPONSES_STREAMS):
         upstream, _ = replay.body(name, True, "/v1/responses")
-        replay.register(f"expect-{name}", sse=responses_expected(upstream, True))
+        replay.register(f"expect-{name}", sse=responses_expected(upstream))
         jobs.append({"base_url": gw.url, "model": f"replay:{name}?seed={i + 5}", "stream": True, "api": api,
                      "extra": {"web_search": True}})
         jobs.append({"base_url": replay.url, "model": f"replay:expect-{name}", "stream": True, "api": api})

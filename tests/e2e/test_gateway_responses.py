@@ -9,10 +9,8 @@ docs/reference/responses.md).
   `x-citestream-search: injected`.
 * Every recorded Responses fixture (tests/fixtures/upstream/responses/)
   served by the replay upstream at random piece sizes, streamed and whole:
-  the client gets exactly what the core writes for the same bytes (the
-  `citestream` Python package's `ResponsesRewriter` / `rewrite_body(...,
-  endpoint="responses")`: the CLI's `rewrite --endpoint` takes only chat
-  and messages so far); the upstream got `web_search` removed and the
+  the client gets exactly what `citestream rewrite --endpoint responses
+  --sources SOURCES` writes for the same bytes; the upstream got `web_search` removed and the
   sources injected into the question's text (a string `input` stays a
   string), and the client's key.
 * Bad input: `web_search` not a boolean (400, OpenAI shape, `param:
@@ -132,7 +130,7 @@ def test_fixture_raw_bytes_and_upstream_request(gateway, replay, name, mode):
                                      {"authorization": "Bearer sk-client-key", "x-request-id": f"req-{name}"})
     assert status == 200, data[:2000]
     upstream_body, _ = replay.body(name, stream, "/v1/responses")
-    assert data == responses_expected(upstream_body, stream)
+    assert data == responses_expected(upstream_body)
     assert headers["x-citestream-search"] == "injected"
     if stream:
         assert headers["content-type"].startswith("text/event-stream")

@@ -28,8 +28,8 @@ Contract
 * `RESPONSES_CASES`: (fixture name, `stream` | `whole` | `folded`) for
   every recorded Responses fixture: each stream streamed, each `.json` body
   whole, and each stream with a final response event folded whole.
-  `responses_expected(body, stream)`: what the core's Responses rewriter
-  (the Python package, built on first use) writes for `body` over `SOURCES`.
+  `responses_expected(body)`: what `citestream rewrite --endpoint
+  responses --sources SOURCES` writes for `body` (a stream or a whole body).
 * `assert_error_shape(path, body)`: `body` is an error in the endpoint's
   shape (OpenAI `{"error":{message,type,param,code}}`, Anthropic
   `{"type":"error","error":{type,message}}`); returns it parsed.
@@ -261,13 +261,14 @@ def _responses_cases() -> list[tuple[str, str]]:
 RESPONSES_CASES = _responses_cases()
 
 
-def responses_expected(body: bytes, stream: bool) -> bytes:
-    """The core's rewrite of a `/v1/responses` body (the CLI's `rewrite
-    --endpoint` takes only chat and messages so far)."""
-    from . import pyext
-    pyext.build()
-    import citestream
-    if not stream:
-        return citestream.rewrite_body(body, SOURCES, endpoint="responses")
-    rw = citestream.ResponsesRewriter(SOURCES)
-    return rw.feed(body) + rw.finish()
+def responses_expected(body: bytes) -> bytes:
+    """`citestream rewrite --endpoint responses` of a `/v1/responses` body
+    or stream over `SOURCES`."""
+    import tempfile
+    from pathlib import Path
+
+    from .procs import citestream_rewrite
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sources.json"
+        path.write_text(json.dumps(SOURCES))
+        return citestream_rewrite(body, path, endpoint="responses")
