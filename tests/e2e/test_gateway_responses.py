@@ -1,5 +1,6 @@
 """`/v1/responses` through `citestream serve` (docs/gateway.md,
-docs/reference/responses.md).
+docs/reference/responses.md); every recorded Responses fixture through
+the gateway is in test_gateway_fixtures.py.
 
 * The demo upstream (no config): the official `openai` SDK's
   `client.responses.create(stream=True)`, `client.responses.stream(...)`
@@ -7,12 +8,6 @@ docs/reference/responses.md).
   `response.output_text.annotation.added` events, `url_citation`
   annotations on the `output_text` parts, `sources` on the final response,
   `x-citestream-search: injected`.
-* Every recorded Responses fixture (tests/fixtures/upstream/responses/)
-  served by the replay upstream at random piece sizes, streamed and whole:
-  the client gets exactly what `citestream rewrite --endpoint responses
-  --sources SOURCES` writes for the same bytes; the upstream got `web_search` removed and the
-  sources injected into the question's text (a string `input` stays a
-  string), and the client's key.
 * Bad input: `web_search` not a boolean (400, OpenAI shape, `param:
   "web_search"`), `input` of unexpected shapes (passed on, no search), a
   stream cut early (no sources added).
@@ -27,31 +22,22 @@ import json
 import httpx
 import openai
 import pytest
-from harness.checks import (QUESTION, RESPONSES_CASES, SOURCES, assert_error_shape, check_responses_upstream,
-                            raw_post, responses_client_body, responses_expected)
-from harness.replay import RESPONSES_FIXTURES
+from harness.checks import QUESTION, SOURCES, assert_error_shape, raw_post, responses_client_body
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
-STREAMS = sorted(p.stem for p in RESPONSES_FIXTURES.glob("*.sse"))
-CASES = RESPONSES_CASES
 EVENTS = TypeAdapter(ResponseStreamEvent)
 
 
-@pytest.fixture(scope="module")
-def sources_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("sources") / "sources.json"
+def static_search(path, **extra) -> dict:
     path.write_text(json.dumps(SOURCES))
-    return path
+    return {"provider": "static", "static": {"path": str(path)}, **extra}
 
 
 @pytest.fixture(scope="module")
-def gateway(serve_module, replay_server, sources_path):
-    return serve_module({
-        "upstream": {"base_url": replay_server.url},
-        "search": {"provider": "static", "static": {"path": str(sources_path)}},
-        "plans": {"default": {"searches_per_day": 1_000_000}},
-    })
+def gateway(serve_module, replay_server, tmp_path_factory):
+    search = static_search(tmp_path_factory.mktemp("sources") / "sources.json")
+    return serve_module({"upstream": {"base_url": replay_server.url}, "search": search})
 
 
 # ---- the demo upstream, through the openai SDK ---------------------------
@@ -118,47 +104,6 @@ def test_demo_whole(demo):
     assert (final.model_extra or {}).get("sources")
 
 
-# ---- every fixture through the replay upstream ---------------------------
-
-@pytest.mark.parametrize("name,mode", CASES, ids=[f"{n}-{m}" for n, m in CASES])
-def test_fixture_raw_bytes_and_upstream_request(gateway, replay, name, mode):
-    stream = mode == "stream"
-    seed = sum(name.encode()) + stream
-    items = seed % 2 == 0
-    body = responses_client_body(f"replay:{name}?seed={seed}", stream, items)
-    status, headers, data = raw_post(gateway.url + "/v1/responses", body,
-                                     {"authorization": "Bearer sk-client-key", "x-request-id": f"req-{name}"})
-    assert status == 200, data[:2000]
-    upstream_body, _ = replay.body(name, stream, "/v1/responses")
-    assert data == responses_expected(upstream_body)
-    assert headers["x-citestream-search"] == "injected"
-    if stream:
-        assert headers["content-type"].startswith("text/event-stream")
-    (ex,) = replay.wait_for(lambda log: len(log) == 1 and log[0].done)
-    assert ex.path == "/v1/responses"
-    check_responses_upstream(body, ex.body)
-    assert ex.header("authorization") == "Bearer sk-client-key"
-    assert ex.completed and not ex.client_disconnected
-
-
-@pytest.mark.parametrize("name", STREAMS)
-def test_fixture_through_the_sdk(gateway, replay, name):
-    """The SDK parses every rewritten stream into its own event types."""
-    seed = 3 * len(name)
-    c = openai.OpenAI(base_url=gateway.url + "/v1", api_key="sk-client", max_retries=0)
-    try:
-        events = list(c.responses.create(model=f"replay:{name}?seed={seed}", input=QUESTION, stream=True,
-                                         extra_body={"web_search": True}))
-    except openai.APIError as e:  # the recorded error streams
-        assert "error" in name, e
-        return
-    finals = [e for e in events if e.type in ("response.completed", "response.incomplete")]
-    for f in finals:
-        assert (f.response.model_extra or {}).get("sources"), name
-    if not finals:
-        assert all("sources" not in (getattr(e, "response", None) and e.response.model_extra or {}) for e in events)
-
-
 # ---- bad input ------------------------------------------------------------
 
 @pytest.mark.parametrize("value", ['"yes"', "1", "null", "{}"])
@@ -210,12 +155,9 @@ def test_a_stream_cut_early_gets_no_sources(gateway, replay):
 
 # ---- the log line ---------------------------------------------------------
 
-def test_log_line_cache_and_formed_query_chars(serve, replay, sources_path):
-    gw = serve({
-        "upstream": {"base_url": replay.url},
-        "search": {"provider": "static", "static": {"path": str(sources_path)}, "cache_ttl": "60s",
-                   "max_query_chars": 20},
-    })
+def test_log_line_cache_and_formed_query_chars(serve, replay, tmp_path):
+    search = static_search(tmp_path / "sources.json", cache_ttl="60s", max_query_chars=20)
+    gw = serve({"upstream": {"base_url": replay.url}, "search": search})
     for i in range(2):
         body = responses_client_body("replay:openai_gpt4omini_text_obfuscation", True, False)
         status, _, _ = raw_post(gw.url + "/v1/responses", body, {"x-request-id": f"log-{i}"})

@@ -25,6 +25,9 @@ Contract
 * `responses_client_body(model, stream, items)` /
   `check_responses_upstream(sent, received)`: the same for `/v1/responses`
   (a string `input`, or items ending in the question as `input_text`).
+* `check_responses_exchange(replay, sent)`: the replay server's one
+  exchange was a completed `/v1/responses` with `sent` checked as above and
+  the client's key `Bearer sk-client-key`; returns it.
 * `RESPONSES_CASES`: (fixture name, `stream` | `whole` | `folded`) for
   every recorded Responses fixture: each stream streamed, each `.json` body
   whole, and each stream with a final response event folded whole.
@@ -272,3 +275,13 @@ def responses_expected(body: bytes) -> bytes:
         path = Path(tmp) / "sources.json"
         path.write_text(json.dumps(SOURCES))
         return citestream_rewrite(body, path, endpoint="responses")
+
+
+def check_responses_exchange(replay, sent: bytes):
+    """The replay server's one exchange, checked for a grounded `/v1/responses`."""
+    (ex,) = replay.wait_for(lambda log: len(log) == 1 and log[0].done)
+    assert ex.path == "/v1/responses"
+    check_responses_upstream(sent, ex.body)
+    assert ex.header("authorization") == "Bearer sk-client-key", "client key not sent upstream"
+    assert ex.completed and not ex.client_disconnected
+    return ex
