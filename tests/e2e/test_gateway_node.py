@@ -24,12 +24,17 @@ def node():
     return node_client()
 
 
+def gateway(serve, replay, sources):
+    """The gateway in front of the replay server, static search over `sources`."""
+    return serve({"upstream": {"base_url": replay.url},
+                  "search": {"provider": "static", "static": {"path": str(sources)}},
+                  "plans": {"default": {"searches_per_day": 100000}}})
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_openai_npm_client_on_every_chat_fixture(node, serve, replay, tmp_json, stream):
     sources = tmp_json(SOURCES, "sources.json")
-    gw = serve({"upstream": {"base_url": replay.url},
-                "search": {"provider": "static", "static": {"path": str(sources)}},
-                "plans": {"default": {"searches_per_day": 100000}}})
+    gw = gateway(serve, replay, sources)
     jobs = []
     for i, name in enumerate(CHAT_FIXTURES):
         upstream, _ = replay.body(name, stream)
@@ -58,9 +63,7 @@ def test_openai_npm_client_on_every_responses_stream(node, serve, replay, tmp_js
     of `citestream rewrite --endpoint responses` of the same upstream stream
     served directly."""
     sources = tmp_json(SOURCES, "sources.json")
-    gw = serve({"upstream": {"base_url": replay.url},
-                "search": {"provider": "static", "static": {"path": str(sources)}},
-                "plans": {"default": {"searches_per_day": 100000}}})
+    gw = gateway(serve, replay, sources)
     jobs = []
     for i, name in enumerate(RESPONSES_STREAMS):
         upstream, _ = replay.body(name, True, "/v1/responses")
