@@ -9,8 +9,9 @@ the gateway is in test_gateway_fixtures.py.
   annotations on the `output_text` parts, `sources` on the final response,
   `x-citestream-search: injected`.
 * Bad input: `web_search` not a boolean (400, OpenAI shape, `param:
-  "web_search"`), `input` of unexpected shapes (passed on, no search), a
-  stream cut early (no sources added).
+  "web_search"`), `input` of unexpected shapes (`no-query`: passed on
+  without `web_search`, nothing injected), a stream cut early (relayed as
+  cut, no sources added).
 * The log line: `cache` (`miss` then `hit`) and `query_chars`, the length
   of the formed search query (`search.max_query_chars` cuts it).
 """
@@ -92,7 +93,6 @@ def test_demo_streamed_with_stream_helper(demo):
     anns = annotations_of(final)
     assert added and anns and [e.annotation.model_dump() for e in added] == anns
     assert (final.model_extra or {}).get("sources")
-    assert "[" not in final.output_text or "](" not in final.output_text
 
 
 def test_demo_whole(demo):
@@ -120,16 +120,13 @@ def test_web_search_not_a_boolean(gateway, replay, value):
 @pytest.mark.parametrize("inp", ['42', '{"role":"user"}', '[]', '[{"role":"user","content":7}]',
                                  '[{"type":"function_call_output","call_id":"c","output":"x"}]'])
 def test_input_of_unexpected_shapes(gateway, replay, inp):
-    """No question to ground: the body goes upstream without `web_search`,
-    nothing injected, the answer passes unchanged."""
+    """No question to ground (`x-citestream-search: no-query`): the body goes
+    upstream without `web_search`, nothing injected, the answer passes
+    unchanged."""
     body = ('{"model":"replay:openai_gpt4omini_text_obfuscation","input":%s,"web_search":true}' % inp).encode()
     status, headers, data = raw_post(gateway.url + "/v1/responses", body)
-    if status == 400:
-        assert_error_shape("/v1/responses", data)
-        assert replay.exchanges() == []
-        return
     assert status == 200, data
-    assert headers["x-citestream-search"] != "injected"
+    assert headers["x-citestream-search"] == "no-query"
     (ex,) = replay.wait_for(lambda log: len(log) == 1 and log[0].done)
     sent = ex.json()
     assert "web_search" not in sent and sent["input"] == json.loads(inp)
