@@ -23,27 +23,45 @@ use reqwest::{Client, RequestBuilder, Response};
 /// How long an idle pooled connection is kept.
 pub(crate) const POOL_IDLE: Duration = Duration::from_secs(4);
 
-/// An HTTP client with the host's TLS trust.
-pub(crate) fn client(tls: Option<&Arc<rustls::ClientConfig>>) -> reqwest::Result<Client> {
-    let mut b = Client::builder()
-        .user_agent(concat!("citestream/", env!("CARGO_PKG_VERSION")))
-        .pool_idle_timeout(POOL_IDLE);
-    if let Some(cfg) = tls {
-        b = b.use_preconfigured_tls((**cfg).clone());
-    }
-    b.build()
+/// The clients of one remote: `pooled` for every request, `fresh` (no
+/// idle connections kept) for the one resend of [`send`], so the resend
+/// never lands on another pooled connection the server is closing.
+#[derive(Clone, Debug)]
+pub(crate) struct HttpClient {
+    /// Keeps idle connections [`POOL_IDLE`].
+    pub(crate) pooled: Client,
+    fresh: Client,
 }
 
-/// Sends `req`; once more when the connection broke before the answer.
-pub(crate) async fn send(req: RequestBuilder) -> reqwest::Result<Response> {
-    let again = req.try_clone();
+/// The clients of one remote, with the host's TLS trust.
+pub(crate) fn client(tls: Option<&Arc<rustls::ClientConfig>>) -> reqwest::Result<HttpClient> {
+    let build = |idle_per_host: usize| {
+        let mut b = Client::builder()
+            .user_agent(concat!("citestream/", env!("CARGO_PKG_VERSION")))
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_max_idle_per_host(idle_per_host);
+        if let Some(cfg) = tls {
+            b = b.use_preconfigured_tls((**cfg).clone());
+        }
+        b.build()
+    };
+    Ok(HttpClient {
+        pooled: build(usize::MAX)?,
+        fresh: build(0)?,
+    })
+}
+
+/// Sends `req` (built on `client.pooled`); once more, on a fresh
+/// connection, when the connection broke before the answer.
+pub(crate) async fn send(client: &HttpClient, req: RequestBuilder) -> reqwest::Result<Response> {
+    let again = req.try_clone().map(RequestBuilder::build);
     match req.send().await {
         Err(e) if closed_before_answer(&e) => match again {
-            Some(r) => {
+            Some(Ok(r)) => {
                 tracing::debug!(error = %e, "connection closed before the answer; sending again");
-                r.send().await
+                client.fresh.execute(r).await
             }
-            None => Err(e),
+            _ => Err(e),
         },
         r => r,
     }
@@ -124,7 +142,7 @@ mod tests {
         let (url, answered) = closing_server().await;
         let c = client(None).unwrap();
         for i in 0..20 {
-            let r = send(c.get(&url)).await;
+            let r = send(&c, c.pooled.get(&url)).await;
             let r = r.unwrap_or_else(|e| panic!("request {i}: {e}"));
             assert_eq!(r.status(), 200);
             assert_eq!(r.bytes().await.unwrap(), "[]");
@@ -133,7 +151,14 @@ mod tests {
         // Without the second try the same pattern fails.
         let (url, _) = closing_server().await;
         let c = client(None).unwrap();
-        c.get(&url).send().await.unwrap().bytes().await.unwrap();
-        assert!(c.get(&url).send().await.is_err());
+        c.pooled
+            .get(&url)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert!(c.pooled.get(&url).send().await.is_err());
     }
 }

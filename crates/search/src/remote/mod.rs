@@ -12,7 +12,7 @@ mod wire;
 
 use std::sync::Arc;
 
-use reqwest::{Client, RequestBuilder, StatusCode};
+use reqwest::{RequestBuilder, StatusCode};
 
 use crate::config::{ProviderKind, SearchConfig};
 use crate::search::endpoint_url;
@@ -30,7 +30,7 @@ pub(crate) struct Remote {
     url: String,
     api_key: String,
     text_chars: usize,
-    client: Client,
+    client: crate::http::HttpClient,
 }
 
 impl Remote {
@@ -99,14 +99,14 @@ impl Remote {
         let name = self.kind.name();
         let req = wire::request(
             self.kind,
-            &self.client,
+            &self.client.pooled,
             &self.url,
             &self.api_key,
             query.text(),
             max_results,
             self.text_chars,
         );
-        let (status, body) = send(req)
+        let (status, body) = send(&self.client, req)
             .await
             .map_err(|e| SearchError::new(e.kind(), format!("{name}: {}", e.message())))?;
         if !status.is_success() {
@@ -147,8 +147,13 @@ pub(crate) fn check_url(url: &str) -> Result<(), String> {
 }
 
 /// Sends `req` and reads at most [`MAX_BODY`] bytes of the answer.
-async fn send(req: RequestBuilder) -> Result<(StatusCode, Vec<u8>), SearchError> {
-    let mut resp = crate::http::send(req).await.map_err(|e| transport(&e))?;
+async fn send(
+    client: &crate::http::HttpClient,
+    req: RequestBuilder,
+) -> Result<(StatusCode, Vec<u8>), SearchError> {
+    let mut resp = crate::http::send(client, req)
+        .await
+        .map_err(|e| transport(&e))?;
     let status = resp.status();
     let too_large = || {
         SearchError::new(
