@@ -13,7 +13,13 @@ loopback replay server, every fixture written in random piece sizes
   uncompressed body;
 * the official SDK (openai for chat fixtures, anthropic for `anthropic_*`)
   makes of Envoy's answer exactly what it makes of the expected bytes
-  served directly.
+  served directly;
+* every recorded Responses fixture (tests/fixtures/upstream/responses/),
+  streamed, whole and folded, on `/v1/responses`: the client receives
+  exactly `citestream rewrite --endpoint responses`, the upstream got
+  `web_search` removed and the sources injected into the question's text
+  (a string `input` stays a string); `web_search` not a boolean is a 400
+  in the OpenAI shape with `param: "web_search"`, nothing sent upstream.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ import json
 
 import pytest
 
-from harness.checks import (SOURCES, anthropic_collect, check_upstream_request, client_body, endpoint_of,
-                            openai_collect, raw_post)
+from harness.checks import (RESPONSES_CASES, SOURCES, anthropic_collect, assert_error_shape,
+                            check_responses_exchange, check_upstream_request, client_body, endpoint_of,
+                            openai_collect, raw_post, responses_client_body, responses_expected)
 from harness.envoy import FULL_DUPLEX, STREAMED, Envoy, ExtProc
 from harness.procs import citestream_rewrite
 from harness.replay import FIXTURES
@@ -111,3 +118,34 @@ def test_official_sdk(envoys, replay, sources_path, name, body_kind, mode):
     assert via_envoy == direct
     grounded = [ex for ex in replay.exchanges() if f"replay:{name}?" in ex.body.decode(errors="replace")]
     assert len(grounded) == 1 and "web_search" not in grounded[0].json()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name,kind", RESPONSES_CASES, ids=[f"{n}-{k}" for n, k in RESPONSES_CASES])
+def test_responses_raw_bytes_and_upstream_request(envoys, replay, name, kind, mode):
+    stream = kind == "stream"
+    seed = sum(name.encode()) + stream + 3 * (mode == FULL_DUPLEX)
+    body = responses_client_body(f"replay:{name}?seed={seed}", stream, items=seed % 2 == 1)
+    rid = f"req-{name}-{kind}-{mode}"
+    status, headers, data = raw_post(envoys[mode].url + "/v1/responses", body,
+                                     {"authorization": "Bearer sk-client-key", "accept-encoding": "gzip, br",
+                                      "x-request-id": rid})
+    assert status == 200, data[:2000]
+    upstream_body, _ = replay.body(name, stream, "/v1/responses")
+    assert data == responses_expected(upstream_body)
+    assert headers["x-citestream-search"] == "injected"
+    assert headers["x-request-id"] == rid
+    if stream:
+        assert headers["content-type"].startswith("text/event-stream")
+    ex = check_responses_exchange(replay, body)
+    assert ex.header("accept-encoding") == "identity"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_responses_web_search_not_a_boolean(envoys, replay, mode):
+    model = f"replay:openai_gpt4omini_text_obfuscation?seed={len(mode)}"
+    body = ('{"model":"%s","input":"hi","web_search":"yes"}' % model).encode()
+    status, _, data = raw_post(envoys[mode].url + "/v1/responses", body)
+    assert status == 400
+    assert assert_error_shape("/v1/responses", data)["error"]["param"] == "web_search"
+    assert not [ex for ex in replay.exchanges() if model.encode() in ex.body]

@@ -159,7 +159,8 @@ pub struct Grounded {
     pub pending: Option<PendingSearch>,
     /// How long the search took, when one ran.
     pub search_time: Option<std::time::Duration>,
-    /// Characters of the query searched, when one was.
+    /// Characters of the formed search query (what the provider was
+    /// given), when one was searched.
     pub query_chars: Option<usize>,
 }
 
@@ -346,10 +347,11 @@ impl Grounding {
             None => flow.finish(Vec::new(), &self.inject).await,
             Some(q) => {
                 let t0 = Instant::now();
-                query_chars = Some(q.text.chars().count());
-                tracing::debug!(query = %q.text, "search query");
-                // The cache keys on the query the provider is given.
+                // The cache keys on the query the provider is given, and
+                // the log counts its characters.
                 let formed = self.search.form(&q).await;
+                query_chars = Some(formed.text().chars().count());
+                tracing::debug!(query = %formed.text(), "search query");
                 let span = tracing::info_span!(
                     "search",
                     citestream.provider = self.search.provider_name(),

@@ -1,13 +1,17 @@
 """Whole (non-streaming) response bodies derived from recorded SSE streams.
 
 Contract: the recorded fixtures are streams; a host's non-streaming path
-needs a `chat.completion` / `message` body. `chat_body(sse)` and
+needs a `chat.completion` / `message` / `response` body. `chat_body(sse)` and
 `messages_body(sse)` fold a stream into the body the same upstream would
 have returned for `"stream": false`, the way the official SDKs accumulate
 streams: content, reasoning, refusal and tool-call fragments concatenated
 per choice / block, the last `finish_reason`, `usage`, `id`, `model`. Fields
 the fold does not know are kept from the first chunk that carries them
-(top level) or dropped (inside deltas). The result is derived, not recorded:
+(top level) or dropped (inside deltas). `responses_body(sse)` is the
+`response` object of the stream's last `response.completed`,
+`response.incomplete` or `response.failed` event (the Responses API repeats
+the whole response there), serialized compactly; a stream without one has
+no whole body (`ValueError`). The result is derived, not recorded:
 the tests use it only as "some valid whole body", and compare the host's
 output with `citestream rewrite` of the very same bytes. Pure functions, no
 I/O, stdlib only.
@@ -145,3 +149,14 @@ def messages_body(sse: bytes) -> bytes:
             pass
     message["content"] = [blocks[i] for i in sorted(blocks)]
     return json.dumps(message, ensure_ascii=False).encode()
+
+
+def responses_body(sse: bytes) -> bytes:
+    """The whole `/v1/responses` body of a Responses stream."""
+    final = None
+    for _, ev in _json_events(sse):
+        if ev.get("type") in ("response.completed", "response.incomplete", "response.failed"):
+            final = ev["response"]
+    if final is None:
+        raise ValueError("the stream has no final response event")
+    return json.dumps(final, ensure_ascii=False, separators=(",", ":")).encode()

@@ -22,6 +22,17 @@ Contract
   body), and the exception it raised (type and message), if any.
 * `raw_post(url, body, headers)`: a POST with httpx returning (status,
   headers, the exact body bytes as received, before any content decoding).
+* `responses_client_body(model, stream, items)` /
+  `check_responses_upstream(sent, received)`: the same for `/v1/responses`
+  (a string `input`, or items ending in the question as `input_text`).
+* `check_responses_exchange(replay, sent)`: the replay server's one
+  exchange was a completed `/v1/responses` with `sent` checked as above and
+  the client's key `Bearer sk-client-key`; returns it.
+* `RESPONSES_CASES`: (fixture name, `stream` | `whole` | `folded`) for
+  every recorded Responses fixture: each stream streamed, each `.json` body
+  whole, and each stream with a final response event folded whole.
+  `responses_expected(body)`: what `citestream rewrite --endpoint
+  responses --sources SOURCES` writes for `body` (a stream or a whole body).
 * `assert_error_shape(path, body)`: `body` is an error in the endpoint's
   shape (OpenAI `{"error":{message,type,param,code}}`, Anthropic
   `{"type":"error","error":{type,message}}`); returns it parsed.
@@ -199,3 +210,78 @@ def assert_error_shape(path: str, body: bytes) -> dict:
         assert set(err["error"]) >= {"message", "type", "param", "code"}, err
     assert isinstance(err["error"]["message"], str) and err["error"]["message"], err
     return err
+
+
+def responses_client_body(model: str, stream: bool, items: bool) -> bytes:
+    """A grounded `/v1/responses` request body: `input` a string, or items
+    (an earlier turn, then the question as `input_text` parts)."""
+    if items:
+        inp = ('[{"role": "user", "content": "Earlier question"}, {"role": "assistant", "content": "Earlier answer"},'
+               ' {"type": "message", "role": "user", "content": [{"type": "input_text", "text": %s}]}]'
+               % json.dumps(QUESTION))
+    else:
+        inp = json.dumps(QUESTION)
+    return ('{"model": "%s", "instructions": "Be brief. caf\\u00e9", "input": %s,\n  "web_search" : true, '
+            '"x_unknown": {"k": [1, 2e0]}, "stream": %s}' % (model, inp, json.dumps(stream))).encode()
+
+
+def check_responses_upstream(sent: bytes, received: bytes, sources=SOURCES) -> None:
+    """The upstream got `sent` without `web_search`, the sources injected
+    into the question's text before it (a string `input` stays a string),
+    `instructions` and every other member unchanged."""
+    got, want = json.loads(received), json.loads(sent)
+    assert "web_search" not in got, "web_search reached the upstream"
+    del want["web_search"]
+    assert {k: v for k, v in got.items() if k != "input"} == {k: v for k, v in want.items() if k != "input"}
+    if isinstance(want["input"], str):
+        assert isinstance(got["input"], str), "a string input became items"
+        text = got["input"]
+    else:
+        assert got["input"][:-1] == want["input"][:-1], "earlier items changed"
+        last = got["input"][-1]
+        assert {k: v for k, v in last.items() if k != "content"} == {
+            k: v for k, v in want["input"][-1].items() if k != "content"}
+        assert last["content"][-len(want["input"][-1]["content"]):] == want["input"][-1]["content"]
+        text = "\n".join(p["text"] for p in last["content"] if p.get("type") == "input_text")
+    assert QUESTION in text
+    positions = []
+    for s in sources:
+        assert s["url"] in text and s["text"] in text, f"source {s['url']} not injected: {text!r}"
+        positions.append(text.index(s["url"]))
+    assert positions == sorted(positions) and positions[-1] < text.rindex(QUESTION), text
+
+
+def _responses_cases() -> list[tuple[str, str]]:
+    from .replay import RESPONSES_FIXTURES
+    streams = sorted(p.stem for p in RESPONSES_FIXTURES.glob("*.sse"))
+    whole = sorted(p.stem for p in RESPONSES_FIXTURES.glob("*.json"))
+    # Streams without a final response event have no whole body to fold.
+    no_final = {"openai_gpt4omini_error_event_instead_of_completed"}
+    return ([(n, "stream") for n in streams] + [(n, "whole") for n in whole]
+            + [(n, "folded") for n in streams if n not in no_final and n not in whole])
+
+
+RESPONSES_CASES = _responses_cases()
+
+
+def responses_expected(body: bytes) -> bytes:
+    """`citestream rewrite --endpoint responses` of a `/v1/responses` body
+    or stream over `SOURCES`."""
+    import tempfile
+    from pathlib import Path
+
+    from .procs import citestream_rewrite
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sources.json"
+        path.write_text(json.dumps(SOURCES))
+        return citestream_rewrite(body, path, endpoint="responses")
+
+
+def check_responses_exchange(replay, sent: bytes):
+    """The replay server's one exchange, checked for a grounded `/v1/responses`."""
+    (ex,) = replay.wait_for(lambda log: len(log) == 1 and log[0].done)
+    assert ex.path == "/v1/responses"
+    check_responses_upstream(sent, ex.body)
+    assert ex.header("authorization") == "Bearer sk-client-key", "client key not sent upstream"
+    assert ex.completed and not ex.client_disconnected
+    return ex

@@ -6,17 +6,18 @@ tests/fixtures/upstream/ (or examples/<name>/upstream.{sse,json}), written in
 random piece sizes, and records everything it received.
 
 Contract
-* `POST /v1/chat/completions` and `POST /v1/messages` pick what to replay from
+* `POST /v1/chat/completions`, `POST /v1/messages` and `POST /v1/responses` pick what to replay from
   the request body's `model` field, so it works through any host (gateway,
   Envoy, LiteLLM) without custom headers:
   `"model": "replay:NAME?opt=value&opt=value"`. NAME is, in lookup order, a
   body registered with `ReplayServer.register` (or `POST /_replay/register`),
   `<extra dir>/NAME.{sse,json}`, `tests/fixtures/upstream/NAME.{sse,json}`,
+  `tests/fixtures/upstream/responses/NAME.{sse,json}`,
   `examples/NAME/upstream.{sse,json}`. A request that names no `replay:`
   model uses `ReplayServer.default` when set, else gets a 400.
 * `"stream": true` gets the `.sse` body (`text/event-stream`, chunked);
   otherwise the `.json` body, or, when only a stream is recorded, the whole
-  body folded from it (`aggregate.py`, chat or messages by path).
+  body folded from it (`aggregate.py`, chat, messages or responses by path).
   `ReplayServer.body(name, stream, path)` returns exactly the bytes served.
 * Options (see `Scenario`): `seed` (piece sizes), `piece` (fixed piece size),
   `delay` (seconds before the status line), `gap` (seconds between pieces),
@@ -73,7 +74,8 @@ ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "upstream"
 EXAMPLES = ROOT / "examples"
 MAX_PIECE = 16 * 1024
-GROUNDED = ("/v1/chat/completions", "/v1/messages")
+GROUNDED = ("/v1/chat/completions", "/v1/messages", "/v1/responses")
+RESPONSES_FIXTURES = FIXTURES / "responses"
 
 
 @dataclass
@@ -322,6 +324,7 @@ class ReplayServer(LoopbackServer):
             return None
         for path in [d / f"{name}.{kind}" for d in self.extra_dirs] + [
             FIXTURES / f"{name}.{kind}",
+            RESPONSES_FIXTURES / f"{name}.{kind}",
             EXAMPLES / name / f"upstream.{kind}",
         ]:
             if path.is_file():
@@ -337,7 +340,8 @@ class ReplayServer(LoopbackServer):
             return whole, "application/json"
         if sse is None:
             raise KeyError(f"no recorded body named {name!r}")
-        fold = aggregate.messages_body if path == "/v1/messages" else aggregate.chat_body
+        fold = {"/v1/messages": aggregate.messages_body,
+                "/v1/responses": aggregate.responses_body}.get(path, aggregate.chat_body)
         return fold(sse), "application/json"
 
     # ---- log ----------------------------------------------------------

@@ -1,8 +1,12 @@
 // The official `openai` npm package as a client (tests/e2e/test_gateway_node.py).
-// Reads a JSON array of jobs on stdin: {base_url, model, stream, extra}
+// Reads a JSON array of jobs on stdin: {base_url, model, stream, extra, api}
 // and prints one JSON array: per job {items, error}, where items are the
 // chunks (stream) or the one completion object (whole) as the SDK hands
 // them out, and error is [name, message] of what it threw, or null.
+// `api`: "chat" (default, `chat.completions.create`), "responses"
+// (`responses.create`: the events, or the one response) or
+// "responses_stream" (`responses.stream(...)`: the events, then its
+// `finalResponse()`).
 import OpenAI from "openai";
 
 const input = await new Promise((resolve) => {
@@ -17,13 +21,20 @@ for (const job of jobs) {
   const items = [];
   let error = null;
   try {
-    const params = {
-      model: job.model,
-      messages: [{ role: "user", content: "What is the capital of Portugal?" }],
-      stream: job.stream,
-      ...(job.extra || {}),
-    };
-    const res = await client.chat.completions.create(params);
+    const question = "What is the capital of Portugal?";
+    const api = job.api || "chat";
+    const params =
+      api === "chat"
+        ? { model: job.model, messages: [{ role: "user", content: question }], stream: job.stream, ...(job.extra || {}) }
+        : { model: job.model, input: question, ...(api === "responses" ? { stream: job.stream } : {}), ...(job.extra || {}) };
+    if (api === "responses_stream") {
+      const stream = client.responses.stream(params);
+      for await (const event of stream) items.push(event);
+      items.push(await stream.finalResponse());
+      out.push({ items, error });
+      continue;
+    }
+    const res = api === "chat" ? await client.chat.completions.create(params) : await client.responses.create(params);
     if (job.stream) {
       for await (const chunk of res) items.push(chunk);
     } else {

@@ -62,7 +62,9 @@
 //! * **Record**: one JSON log line per request when it ends (or is
 //!   dropped), at `WARN` for a 5xx status: `request_id`, `method`,
 //!   `path`, `endpoint`, `model`, `account`, `status` (0: none sent),
-//!   `search`, `sources`, `query_chars`, `search_ms`, `upstream_ms`,
+//!   `search`, `cache` (`hit` or `miss`, absent without a search cache
+//!   or a search), `sources`, `query_chars` (characters of the formed
+//!   search query), `search_ms`, `upstream_ms`,
 //!   `duration_ms`, `bytes` (body bytes sent), `client`, `stream`,
 //!   `outcome` ([`Ending`]), `error`. Metrics: `citestream_requests_total`
 //!   with the status sent, upstream latency and status class, open
@@ -302,6 +304,7 @@ pub struct Exchange {
     stream: bool,
     search_time: Option<Duration>,
     query_chars: Option<usize>,
+    cache: crate::cache::CacheResult,
     sent_at: Option<Instant>,
     upstream_time: Option<Duration>,
     // Response side.
@@ -367,6 +370,7 @@ impl Exchange {
             stream: false,
             search_time: None,
             query_chars: None,
+            cache: crate::cache::CacheResult::Off,
             sent_at: None,
             upstream_time: None,
             status: None,
@@ -572,6 +576,7 @@ impl Exchange {
         self.stream = g.stream;
         self.search_time = g.search_time;
         self.query_chars = g.query_chars;
+        self.cache = g.cache;
         let mut edits = HeaderEdits::default();
         self.upstream_edits(&mut edits);
         edits.set(header::CONTENT_LENGTH, HeaderValue::from(g.body.len()));
@@ -918,6 +923,7 @@ impl Exchange {
             status: self.status.unwrap_or(0),
             search: search.as_str(),
             sources: self.plan.as_ref().map_or(0, |p| p.sources.len()),
+            cache: self.cache.as_str(),
             query_chars: self.query_chars,
             search_ms: self.search_time.map(ms),
             upstream_ms: self.upstream_time.map(ms),
