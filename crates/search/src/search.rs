@@ -93,7 +93,7 @@ impl Search {
             ProviderKind::Static => Box::new(StaticFile::load(Path::new(&config.r#static.path))?),
             kind => Box::new(Remote::new(kind, config, tls)?),
         };
-        Search::with_provider(provider, config)
+        Search::build(provider, config, tls)
     }
 
     /// A `Search` over any provider, with the limits of `config` (its
@@ -105,6 +105,15 @@ impl Search {
     pub fn with_provider(
         provider: Box<dyn Provider>,
         config: &SearchConfig,
+    ) -> Result<Search, SetupError> {
+        Search::build(provider, config, None)
+    }
+
+    /// [`Search::with_provider`], the query model's client trusting `tls`.
+    fn build(
+        provider: Box<dyn Provider>,
+        config: &SearchConfig,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
     ) -> Result<Search, SetupError> {
         for (key, zero) in [
             ("max_results", config.max_results == 0),
@@ -120,7 +129,7 @@ impl Search {
             }
         }
         let query_model = match config.query {
-            QueryMode::Model => Some(QueryModel::new(&config.query_model)?),
+            QueryMode::Model => Some(QueryModel::new(&config.query_model, tls)?),
             QueryMode::Context | QueryMode::Last => None,
         };
         Ok(Search {

@@ -18,7 +18,6 @@
 
 use std::fmt;
 
-use reqwest::Client;
 use serde_json::{Value, json};
 
 use super::question_end;
@@ -40,7 +39,7 @@ pub(crate) struct QueryModel {
     url: String,
     api_key: String,
     model: String,
-    client: Client,
+    client: crate::http::HttpClient,
 }
 
 /// Why the model gave no query; the label is logged.
@@ -77,7 +76,13 @@ impl fmt::Display for ModelError {
 
 impl QueryModel {
     /// Checks `[search.query_model]` (`base_url` and `model` are required).
-    pub(crate) fn new(config: &QueryModelConfig) -> Result<QueryModel, SetupError> {
+    /// Its HTTP client trusts what `tls` trusts (the host's `[tls]`), goes
+    /// through the environment's proxy and resends once on a fresh
+    /// connection, as the remote providers' do ([`crate::http`]).
+    pub(crate) fn new(
+        config: &QueryModelConfig,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<QueryModel, SetupError> {
         for (key, value) in [("base_url", &config.base_url), ("model", &config.model)] {
             if value.is_empty() {
                 return Err(SetupError::new(format!(
@@ -97,14 +102,11 @@ impl QueryModel {
         } else {
             format!("{base}/v1/chat/completions")
         };
-        let client = Client::builder()
-            .user_agent(concat!("citestream/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                SetupError::new(format!(
-                    "search.query_model: cannot build the HTTP client: {e}"
-                ))
-            })?;
+        let client = crate::http::client(tls).map_err(|e| {
+            SetupError::new(format!(
+                "search.query_model: cannot build the HTTP client: {e}"
+            ))
+        })?;
         Ok(QueryModel {
             url,
             api_key: config.api_key.clone(),
@@ -129,12 +131,11 @@ impl QueryModel {
             "temperature": 0,
             "max_tokens": 64,
         });
-        let mut req = self.client.post(&self.url).json(&body);
+        let mut req = self.client.pooled.post(&self.url).json(&body);
         if !self.api_key.is_empty() {
             req = req.bearer_auth(&self.api_key);
         }
-        let mut resp = req
-            .send()
+        let mut resp = crate::http::send(&self.client, req)
             .await
             .map_err(|e| ModelError::new("transport", e.to_string()))?;
         let status = resp.status();
@@ -230,29 +231,29 @@ mod tests {
     fn setup_needs_url_and_model() {
         let mut c = QueryModelConfig::default();
         assert!(
-            QueryModel::new(&c)
+            QueryModel::new(&c, None)
                 .unwrap_err()
                 .to_string()
                 .contains("base_url")
         );
         c.base_url = "http://127.0.0.1:1".into();
         assert!(
-            QueryModel::new(&c)
+            QueryModel::new(&c, None)
                 .unwrap_err()
                 .to_string()
                 .contains("model")
         );
         c.model = "m".into();
         assert_eq!(
-            QueryModel::new(&c).unwrap().url,
+            QueryModel::new(&c, None).unwrap().url,
             "http://127.0.0.1:1/v1/chat/completions"
         );
         c.base_url = "http://127.0.0.1:1/v1/".into();
         assert_eq!(
-            QueryModel::new(&c).unwrap().url,
+            QueryModel::new(&c, None).unwrap().url,
             "http://127.0.0.1:1/v1/chat/completions"
         );
         c.base_url = "ftp://x".into();
-        assert!(QueryModel::new(&c).is_err());
+        assert!(QueryModel::new(&c, None).is_err());
     }
 }
