@@ -88,7 +88,7 @@ def bench(name: str, path: str, rounds: int) -> None:
                 stop = threading.Event()
                 stats = {"n": 0, "failed": 0, "max": 0.0}
 
-                def load() -> None:
+                def load(stop=stop, i=i, stats=stats) -> None:
                     with httpx.Client() as lc:
                         while not stop.is_set():
                             t0 = time.monotonic()
