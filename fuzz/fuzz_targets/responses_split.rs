@@ -42,8 +42,30 @@ struct Case {
 
 /// Text pieces: markers, escapes, non-ASCII, code, brackets.
 const TOKENS: &[&str] = &[
-    "[1]", "[2]", "[3]", "[12]", "[0]", "\\\\[1]", "[", "]", "1", " ", "w", ".", "\\n", "\\n\\n",
-    "`", "```\\n", "\\u00e9", "é", "😀", "\\ud83d\\ude00", "\\\"", "\\\\", "[1][2]", "ü",
+    "[1]",
+    "[2]",
+    "[3]",
+    "[12]",
+    "[0]",
+    "\\\\[1]",
+    "[",
+    "]",
+    "1",
+    " ",
+    "w",
+    ".",
+    "\\n",
+    "\\n\\n",
+    "`",
+    "```\\n",
+    "\\u00e9",
+    "é",
+    "😀",
+    "\\ud83d\\ude00",
+    "\\\"",
+    "\\\\",
+    "[1][2]",
+    "ü",
 ];
 
 /// Writes events with or without `sequence_number` / `event:` lines.
@@ -73,8 +95,14 @@ impl W {
         let t = std::mem::take(text);
         let part = format!(r#"{{"type":"output_text","text":"{t}","annotations":[]}}"#);
         let at = format!(r#""item_id":"m{o}","output_index":{o},"content_index":{c}"#);
-        self.ev("response.output_text.done", &format!(r#"{at},"text":"{t}""#));
-        self.ev("response.content_part.done", &format!(r#"{at},"part":{part}"#));
+        self.ev(
+            "response.output_text.done",
+            &format!(r#"{at},"text":"{t}""#),
+        );
+        self.ev(
+            "response.content_part.done",
+            &format!(r#"{at},"part":{part}"#),
+        );
         parts.push(part);
     }
 }
@@ -89,7 +117,10 @@ fn shaped(data: &[u8], seq: bool, event_lines: bool) -> String {
         seq,
         event_lines,
     };
-    w.ev("response.created", r#""response":{"object":"response","output":[]}"#);
+    w.ev(
+        "response.created",
+        r#""response":{"object":"response","output":[]}"#,
+    );
     let mut items = Vec::new();
     let mut parts: Vec<String> = Vec::new();
     let (mut o, mut c) = (0u32, 0u32);
@@ -111,17 +142,26 @@ fn shaped(data: &[u8], seq: bool, event_lines: bool) -> String {
             c += 1;
         }
         if b & 0x20 != 0 && !parts.is_empty() {
-            items.push(format!(r#"{{"type":"message","id":"m{o}","content":[{}]}}"#, parts.join(",")));
+            items.push(format!(
+                r#"{{"type":"message","id":"m{o}","content":[{}]}}"#,
+                parts.join(",")
+            ));
             parts.clear();
             o += 1;
             c = 0;
         }
     }
     w.close_part(&mut parts, &mut text, o, c);
-    items.push(format!(r#"{{"type":"message","id":"m{o}","content":[{}]}}"#, parts.join(",")));
+    items.push(format!(
+        r#"{{"type":"message","id":"m{o}","content":[{}]}}"#,
+        parts.join(",")
+    ));
     w.ev(
         "response.completed",
-        &format!(r#""response":{{"object":"response","output":[{}]}}"#, items.join(",")),
+        &format!(
+            r#""response":{{"object":"response","output":[{}]}}"#,
+            items.join(",")
+        ),
     );
     w.out
 }
@@ -145,7 +185,10 @@ fuzz_target!(|case: Case| {
         // upstream's (same text, same rules).
         let last = |b: &[u8]| -> Option<serde_json::Value> {
             let s = std::str::from_utf8(b).ok()?;
-            let blk = responses_ref::blocks(s).into_iter().rev().find(|b| b.contains("response.completed"))?;
+            let blk = responses_ref::blocks(s)
+                .into_iter()
+                .rev()
+                .find(|b| b.contains("response.completed"))?;
             let d = blk.lines().find_map(|l| l.strip_prefix("data: "))?;
             let v: serde_json::Value = serde_json::from_str(d).ok()?;
             Some(v["response"].clone())
@@ -154,7 +197,10 @@ fuzz_target!(|case: Case| {
             let up = serde_json::to_vec(&up).unwrap();
             let body = responses::rewrite_body(&up, &sources, &o.rewrite_options());
             let want: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(got, want, "stream's final response differs from the body rewrite");
+            assert_eq!(
+                got, want,
+                "stream's final response differs from the body rewrite"
+            );
         }
     }
     let cuts = citestream::fuzzing::cuts(&case.cuts, input.len());
