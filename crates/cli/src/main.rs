@@ -89,8 +89,12 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run the Envoy external processor (an ext_proc gRPC server).
     ExtProc(ext_proc::ExtProcArgs),
-    /// Read an API key on standard input and print "sha256:<hex>", the
-    /// form `[[accounts]] keys` stores.
+    /// Read an API key on standard input and print its hashed form, the
+    /// one `[[accounts]] keys` stores.
+    #[command(
+        about = "Read an API key on standard input and print \"sha256:<hex>\", the form `[[accounts]] keys` stores.",
+        long_about = None
+    )]
     HashKey,
 }
 
