@@ -153,7 +153,8 @@ fn reference(endpoint: Endpoint, placement: Placement, v: &Value, text: &str) ->
             });
         if let Some(Value::Object(m)) = user {
             let content = match m.remove("content") {
-                Some(Value::String(s)) => json!([block, {"type": "text", "text": s}]),
+                // A string stays a string: the block, then the question.
+                Some(Value::String(s)) => Value::String(format!("{text}{s}")),
                 Some(Value::Array(mut a)) => {
                     a.insert(0, block);
                     Value::Array(a)
@@ -171,7 +172,9 @@ fn reference(endpoint: Endpoint, placement: Placement, v: &Value, text: &str) ->
         }
         Endpoint::Messages => {
             let system = match obj.remove("system") {
-                Some(Value::String(s)) => json!([{"type": "text", "text": s}, block]),
+                // A string stays a string: the system text, a blank line,
+                // the block.
+                Some(Value::String(s)) => Value::String(format!("{s}\n\n{text}")),
                 Some(Value::Array(mut a)) => {
                     a.push(block);
                     Value::Array(a)
