@@ -8,7 +8,8 @@
 //! in the shape of `serve`'s (`citestream ext-proc: listening on
 //! grpc://ADDR (metrics: http://ADDR/metrics | off, search: …, quota: …,
 //! auth: …)`), logs JSON lines on standard output, and serves until
-//! SIGTERM or SIGINT, then lets open streams finish; SIGHUP reloads the
+//! SIGTERM (after `server.drain_delay` of `NOT_SERVING`, still serving)
+//! or SIGINT (at once), then lets open streams finish; SIGHUP reloads the
 //! config file (the log level too). Exit status 2 for a
 //! usage or config error (an address that cannot be bound too), 1 when
 //! the server fails while running.
@@ -69,7 +70,8 @@ pub(crate) fn run(args: ExtProcArgs) -> Result<(), Failure> {
             loop {
                 match signals.recv().await {
                     Some(Signal::Reload) => reload(),
-                    _ => return,
+                    Some(s) => return s,
+                    None => return Signal::Interrupt,
                 }
             }
         };

@@ -44,6 +44,16 @@
 //!   `citestream serve`), `GET /healthz` (200 while the process runs) and
 //!   `GET /readyz` (200, 503 from the shutdown signal on).
 //!
+//! # Shutting down
+//! SIGTERM: `NOT_SERVING` and `/readyz` 503 at once, while everything is
+//! still served (new streams and connections too) for `server.drain_delay`,
+//! so Kubernetes or the load balancer in front of Envoy stops sending
+//! traffic here; then the gRPC listener closes, open streams finish for up
+//! to `server.shutdown_grace`, and the process exits. SIGINT: the same
+//! without the delay. The times are the config in force when the signal
+//! arrives (a reload changes them), as `citestream serve` does
+//! (docs/gateway.md, "Running in production").
+//!
 //! # Failure behaviour
 //! What happens to a stream whose processor goes away is Envoy's
 //! `failure_mode_allow`: `false` (the default) ends it with an error
@@ -66,10 +76,9 @@ use std::time::Duration;
 
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
-use citestream_host::reload::{Reloader, rebuild_grounding};
+use citestream_host::reload::{Reloader, Signal, Swap, rebuild_grounding};
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
@@ -99,7 +108,23 @@ pub struct Server {
     metrics: Option<TcpListener>,
     grounding: Arc<Grounding>,
     processor: Processor,
+    drain: Arc<Swap<DrainTimes>>,
+}
+
+/// `server.drain_delay` and `server.shutdown_grace` of the config in force.
+#[derive(Debug)]
+struct DrainTimes {
+    delay: Duration,
     grace: Duration,
+}
+
+impl DrainTimes {
+    fn of(cfg: &Config) -> Arc<DrainTimes> {
+        Arc::new(DrainTimes {
+            delay: cfg.server.drain_delay,
+            grace: cfg.server.shutdown_grace,
+        })
+    }
 }
 
 impl Server {
@@ -136,21 +161,23 @@ impl Server {
             metrics,
             processor: Processor::new(grounding.clone()),
             grounding,
-            grace: cfg.server.shutdown_grace,
+            drain: Arc::new(Swap::new(DrainTimes::of(cfg))),
         })
     }
 
     /// Reloads the config with `reloader` (see
     /// [`citestream_host::reload`]): new streams use the new request side
-    /// once it is built; open ones finish with theirs, and `applied` is
-    /// called with the new config (the process's log level). A file that
-    /// does not load or build is logged and the old config stays.
+    /// once it is built; open ones finish with theirs, the drain times
+    /// are the new ones, and `applied` is called with the new config (the
+    /// process's log level). A file that does not load or build is logged
+    /// and the old config stays.
     pub fn reload_task(
         &self,
         reloader: Reloader,
         applied: impl Fn(&Config) + Send + Sync + 'static,
     ) -> impl Fn() + Send + Sync + 'static {
         let swap = self.processor.grounding().clone();
+        let drain = self.drain.clone();
         let reloader = Arc::new(reloader);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
         tokio::spawn(async move {
@@ -161,6 +188,7 @@ impl Server {
                     .await;
                 if let Some((g, cfg)) = built {
                     swap.store(Arc::new(g));
+                    drain.store(DrainTimes::of(&cfg));
                     applied(&cfg);
                 }
             }
@@ -190,13 +218,16 @@ impl Server {
             .transpose()
     }
 
-    /// Serves until `shutdown` resolves, then reports `NOT_SERVING` (gRPC
-    /// health, `/readyz` 503), stops accepting, and lets open streams
-    /// finish for up to `server.shutdown_grace`.
+    /// Serves until `shutdown` resolves with the signal that stops it,
+    /// then drains (see "Shutting down" in the crate docs): `NOT_SERVING`
+    /// (gRPC health, `/readyz` 503), still serving for
+    /// `server.drain_delay` after [`Signal::Terminate`] (no delay after any
+    /// other signal), then stops accepting and lets open streams finish for
+    /// up to `server.shutdown_grace`.
     ///
     /// # Errors
     /// The gRPC server failed.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+    pub async fn run(self, shutdown: impl Future<Output = Signal> + Send) -> Result<(), Error> {
         let svc = ExternalProcessorServer::new(self.processor)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
@@ -208,13 +239,20 @@ impl Server {
         let probes = self
             .metrics
             .map(|l| tokio::spawn(probes::serve(l, self.grounding.clone(), draining.clone())));
-        let stopping = Arc::new(Notify::new());
+        // The grace of the config in force, from the moment the listener
+        // closes.
+        let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<Duration>();
         let signal = {
-            let stopping = stopping.clone();
             let draining = draining.clone();
+            let drain = self.drain.clone();
             async move {
-                shutdown.await;
-                tracing::info!("shutting down: no new streams, open ones may finish");
+                let signal = shutdown.await;
+                let times = drain.load();
+                let delay = if signal == Signal::Terminate {
+                    times.delay
+                } else {
+                    Duration::ZERO
+                };
                 draining.store(true, Ordering::Relaxed);
                 health
                     .set_not_serving::<ExternalProcessorServer<Processor>>()
@@ -222,7 +260,18 @@ impl Server {
                 health
                     .set_service_status("", ServingStatus::NotServing)
                     .await;
-                stopping.notify_one();
+                if !delay.is_zero() {
+                    tracing::info!(
+                        drain_delay_secs = delay.as_secs_f64(),
+                        "draining: NOT_SERVING and /readyz 503, still serving"
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                tracing::info!(
+                    grace_secs = times.grace.as_secs_f64(),
+                    "shutting down: no new streams, open ones may finish"
+                );
+                let _ = closed_tx.send(times.grace);
             }
         };
         // Every answer goes out at once: no Nagle delay on accepted
@@ -233,12 +282,13 @@ impl Server {
             .add_service(health_svc)
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, signal);
-        let grace = self.grace;
         let result = tokio::select! {
             r = serve => r.map_err(|e| Error(format!("grpc server: {e}"))),
             () = async {
-                stopping.notified().await;
-                tokio::time::sleep(grace).await;
+                match closed_rx.await {
+                    Ok(grace) => tokio::time::sleep(grace).await,
+                    Err(_) => std::future::pending().await,
+                }
             } => {
                 tracing::warn!("shutdown grace expired; open streams cut");
                 Ok(())
