@@ -3,8 +3,9 @@
 
 Usage (from the repository root):
     cargo build --release -p citestream-cli
+    cargo build --release -p citestream-ext-proc --example noop_processor
     PY=$(scripts/e2e-venv.sh)
-    CITESTREAM_BIN=target/release/citestream $PY scripts/bench_envoy.py [--streams 20] [--events 200]
+    CITESTREAM_BIN=target/release/citestream $PY scripts/bench_envoy.py [--streams 20] [--events 200] [--rounds 1]
 
 What it measures, all in one run on loopback:
 * a local upstream (in this process) writes a grounded chat stream, one
@@ -18,9 +19,17 @@ What it measures, all in one run on loopback:
   search, so every event goes through the rewriter), and the same with
   `web_search: false` (every event still makes the gRPC round trip, but
   passes through unrewritten: the protocol's share of the cost);
+* the floor of the protocol: the same Envoy set-ups in both body modes
+  with the do-nothing processor (`examples/noop_processor.rs`,
+  `NOOP_BIN`, default `target/release/examples/noop_processor`);
 * p50 / p99 of the per-event latency of each, the difference to the
-  baseline (the processor's added latency), and the processor's CPU time
-  (all its threads, /proc/PID/task/*/schedstat) divided by the events it handled.
+  baseline (the processor's added latency), the processor's CPU time
+  (all its threads, /proc/PID/task/*/schedstat) divided by the events it
+  handled, and each ext-proc row's added p99 over the noop's of its body
+  mode (the goal: at most 1.2x);
+* `--rounds N` runs every set-up N times, interleaved (round 1 of each,
+  then round 2, ...), and pools each set-up's events, so a busy moment of
+  the machine falls on all of them alike.
 
 No figure is asserted anywhere; the baseline is measured in the same run.
 """
@@ -33,6 +42,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -140,6 +150,26 @@ def run_streams(url: str, up: Upstream, streams: int, search: bool = True) -> li
     return lat
 
 
+class Noop:
+    """The do-nothing processor (`examples/noop_processor.rs`) on a free port."""
+
+    def __init__(self):
+        root = Path(__file__).resolve().parents[1]
+        path = os.environ.get("NOOP_BIN", str(root / "target" / "release" / "examples" / "noop_processor"))
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f"{path} missing: cargo build --release -p citestream-ext-proc --example noop_processor")
+        self.port = free_port()
+        self.proc = subprocess.Popen([path, "--listen", f"127.0.0.1:{self.port}"], stdout=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL)
+        line = self.proc.stdout.readline()
+        if not line.startswith(b"noop_processor: listening"):
+            raise SystemExit(f"noop_processor did not start: {line!r}")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
@@ -150,6 +180,7 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=20)
     ap.add_argument("--events", type=int, default=200)
     ap.add_argument("--gap", type=float, default=0.002)
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     envoy_bin()
     up = Upstream(args.events, args.gap).start()
@@ -158,34 +189,49 @@ def main() -> None:
     (tmp / "sources.json").write_text(json.dumps(SOURCES))
     proc = ExtProc.start({"search": {"provider": "static", "static": {"path": str(tmp / "sources.json")}},
                           "plans": {"default": {"searches_per_day": 1_000_000}}})
-    results = {}
+    noop = Noop()
+    results: dict[str, tuple[list[float], float]] = {}
     try:
-        setups = [("envoy only", None, True), ("ext-proc STREAMED", STREAMED, True),
-                  ("ext-proc FULL_DUPLEX", FULL_DUPLEX, True),
-                  ("ext-proc STREAMED, web_search false (pass-through)", STREAMED, False),
-                  ("ext-proc FULL_DUPLEX, web_search false (pass-through)", FULL_DUPLEX, False)]
-        for label, mode, search in setups:
-            envoy = Envoy.start(processor=proc.port, upstream=up.port, mode=mode or STREAMED,
-                                transform=without_ext_proc if mode is None else None)
-            try:
-                run_streams(envoy.url, up, 2, search)  # warm-up
-                cpu0 = cpu_seconds(proc.proc.pid)
-                lat = run_streams(envoy.url, up, args.streams, search)
-                cpu = cpu_seconds(proc.proc.pid) - cpu0
-            finally:
-                envoy.stop()
-            results[label] = (lat, cpu)
+        # (label, processor, body mode, web_search)
+        setups = [("envoy only", None, None, True),
+                  ("noop STREAMED", noop, STREAMED, True),
+                  ("noop FULL_DUPLEX", noop, FULL_DUPLEX, True),
+                  ("ext-proc STREAMED", proc, STREAMED, True),
+                  ("ext-proc FULL_DUPLEX", proc, FULL_DUPLEX, True),
+                  ("ext-proc STREAMED, web_search false (pass-through)", proc, STREAMED, False),
+                  ("ext-proc FULL_DUPLEX, web_search false (pass-through)", proc, FULL_DUPLEX, False)]
+        for _ in range(args.rounds):
+            for label, target, mode, search in setups:
+                envoy = Envoy.start(processor=(target or proc).port, upstream=up.port, mode=mode or STREAMED,
+                                    transform=without_ext_proc if mode is None else None)
+                try:
+                    run_streams(envoy.url, up, 2, search)  # warm-up
+                    pid = (target or proc).proc.pid
+                    cpu0 = cpu_seconds(pid)
+                    lat = run_streams(envoy.url, up, args.streams, search)
+                    cpu = cpu_seconds(pid) - cpu0
+                finally:
+                    envoy.stop()
+                old_lat, old_cpu = results.get(label, ([], 0.0))
+                results[label] = (old_lat + lat, old_cpu + cpu)
     finally:
+        noop.stop()
         proc.stop()
     base = results["envoy only"][0]
-    print(f"events per set-up: {args.streams} streams x {args.events} events, {args.gap * 1000:.1f} ms apart")
-    print("| set-up | events | p50 µs | p99 µs | added p50 µs | added p99 µs | processor CPU µs/event |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"events per set-up: {args.rounds} x {args.streams} streams x {args.events} events, "
+          f"{args.gap * 1000:.1f} ms apart")
+    print("| set-up | events | p50 µs | p99 µs | added p50 µs | added p99 µs | added p99 / noop's | "
+          "processor CPU µs/event |")
+    print("|---|---|---|---|---|---|---|---|")
+    added99 = {label: pct(lat, 99) - pct(base, 99) for label, (lat, _) in results.items()}
     for label, (lat, cpu) in results.items():
         added50 = pct(lat, 50) - pct(base, 50)
-        added99 = pct(lat, 99) - pct(base, 99)
+        floor = "noop FULL_DUPLEX" if "FULL_DUPLEX" in label else "noop STREAMED"
+        ratio = (f"{added99[label] / added99[floor]:.2f}x"
+                 if label.startswith("ext-proc") and added99[floor] > 0 else "-")
         cpu_ev = "-" if label == "envoy only" else f"{cpu / len(lat) * 1e6:.1f}"
-        print(f"| {label} | {len(lat)} | {pct(lat, 50):.0f} | {pct(lat, 99):.0f} | {added50:+.0f} | {added99:+.0f} | {cpu_ev} |")
+        print(f"| {label} | {len(lat)} | {pct(lat, 50):.0f} | {pct(lat, 99):.0f} | {added50:+.0f} | "
+              f"{added99[label]:+.0f} | {ratio} | {cpu_ev} |")
     print(f"(baseline mean: {statistics.mean(base):.0f} µs)")
 
 

@@ -87,8 +87,9 @@ def test_sigterm_drain_delay_then_close_then_open_streams_finish(start, replay, 
     prober = threading.Thread(target=probe)
     prober.start()
 
-    # A stream of ~3.5 s (18 pieces, 0.2 s apart), open across the delay.
-    body, _ = client_body(CHAT, f"replay:{FIXTURE}?piece=500&gap=0.2", True)
+    # A stream of ~12 s (30 pieces, 0.4 s apart), open across the delay and
+    # well after it, however slow the machine.
+    body, _ = client_body(CHAT, f"replay:{FIXTURE}?piece=300&gap=0.4", True)
     upstream_body, _ = replay.body(FIXTURE, True, CHAT)
     received, first, done = bytearray(), threading.Event(), {}
 

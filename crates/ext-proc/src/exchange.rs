@@ -34,7 +34,7 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_
 };
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
 };
 
 use crate::proto::{self, Chunk, Headers};
@@ -73,28 +73,56 @@ impl Session {
         msg: ProcessingRequest,
         out: &mut Vec<ProcessingResponse>,
     ) {
-        if let Some(pc) = msg.protocol_config {
-            self.mode = if pc.response_body_mode == BodySendMode::FullDuplexStreamed as i32 {
-                BodyMode::FullDuplex
-            } else {
-                BodyMode::Streamed
-            };
+        if waits(&msg) {
+            self.handle_waiting(msg, out).await;
+        } else {
+            self.handle_now(msg, out);
         }
+    }
+
+    /// [`Session::handle`] for the messages answered without waiting
+    /// (response bodies, trailers: every message of the per-event path;
+    /// see [`waits`]).
+    pub(crate) fn handle_now(&mut self, msg: ProcessingRequest, out: &mut Vec<ProcessingResponse>) {
+        self.configure(msg.protocol_config.as_ref());
         let answer = match msg.request {
-            Some(Request::RequestHeaders(h)) => Some(self.request_headers(&h).await),
-            Some(Request::RequestBody(b)) => Some(self.request_body(b).await),
             Some(Request::RequestTrailers(_)) => Some(proto::request_trailers()),
-            Some(Request::ResponseHeaders(h)) => Some(self.response_headers(&h).await),
             Some(Request::ResponseBody(b)) => self.response_body(b),
             Some(Request::ResponseTrailers(_)) => {
                 out.extend(self.end_before_trailers());
                 Some(proto::response_trailers())
             }
-            None => None,
+            _ => None,
         };
         // In observability mode answers are ignored; send none.
         if !msg.observability_mode {
             out.extend(answer);
+        }
+    }
+
+    /// The messages whose answer may wait for the request side (auth, the
+    /// search, the quota).
+    async fn handle_waiting(&mut self, msg: ProcessingRequest, out: &mut Vec<ProcessingResponse>) {
+        self.configure(msg.protocol_config.as_ref());
+        let answer = match msg.request {
+            Some(Request::RequestHeaders(h)) => Some(self.request_headers(&h).await),
+            Some(Request::RequestBody(b)) => Some(self.request_body(b).await),
+            Some(Request::ResponseHeaders(h)) => Some(self.response_headers(&h).await),
+            _ => None,
+        };
+        if !msg.observability_mode {
+            out.extend(answer);
+        }
+    }
+
+    /// The body mode announced in an exchange's first message.
+    fn configure(&mut self, pc: Option<&ProtocolConfiguration>) {
+        if let Some(pc) = pc {
+            self.mode = if pc.response_body_mode == BodySendMode::FullDuplexStreamed as i32 {
+                BodyMode::FullDuplex
+            } else {
+                BodyMode::Streamed
+            };
         }
     }
 
@@ -203,11 +231,11 @@ impl Session {
         let end = b.end_of_stream;
         let piece = Bytes::from(b.body);
         let Some(ex) = self.live() else {
-            return response::answer(mode, &piece, None, end);
+            return response::answer(mode, piece, None, end);
         };
         ex.on_response_body(piece.clone(), end);
         match drain(ex, &piece) {
-            Ok(out) => response::answer(mode, &piece, out, end),
+            Ok(out) => response::answer(mode, piece, out, end),
             Err(_) => Some(broken()),
         }
     }
@@ -223,8 +251,19 @@ impl Session {
     }
 }
 
+/// `true` for the messages whose answer may wait for the request side
+/// (headers, the request body), which [`Session::handle`] takes; the
+/// others go to [`Session::handle_now`].
+pub(crate) fn waits(msg: &ProcessingRequest) -> bool {
+    matches!(
+        msg.request,
+        Some(Request::RequestHeaders(_) | Request::RequestBody(_) | Request::ResponseHeaders(_))
+    )
+}
+
 /// Everything the exchange has to send now, as one piece; `None` when it
-/// is `piece` itself (unchanged: nothing copied).
+/// is `piece` itself (unchanged: nothing copied). One output is taken
+/// over without a copy when the exchange holds no other reference to it.
 fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Vec<u8>>, BodyError> {
     let mut first: Option<Bytes> = None;
     let mut out = Vec::new();
@@ -241,7 +280,7 @@ fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Vec<u8>>, BodyError>
             Ok(None) => {
                 return Ok(match first {
                     Some(f) if f.as_ptr() == piece.as_ptr() && f.len() == piece.len() => None,
-                    Some(f) => Some(f.to_vec()),
+                    Some(f) => Some(Vec::from(f)),
                     None => Some(out),
                 });
             }

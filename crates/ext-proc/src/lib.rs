@@ -31,6 +31,8 @@
 //! * `response` (private): the answers to response body
 //!   messages in both body modes.
 //! * [`service`]: the tonic service.
+//! * [`noop`]: the do-nothing processor, the protocol's floor for
+//!   benchmarks.
 //! * `proto` (private): the only code that knows the protobuf shapes.
 //! * `probes` (private): the metrics port (`/metrics`, `/healthz`,
 //!   `/readyz`).
@@ -62,6 +64,7 @@
 //! upstream never fails a stream here: it passes through.
 
 mod exchange;
+pub mod noop;
 mod probes;
 mod proto;
 mod response;
@@ -87,7 +90,7 @@ pub use service::Processor;
 
 /// Largest gRPC message accepted from Envoy (a buffered request body comes
 /// in one message; Envoy's own buffer limit usually stops it first).
-const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+pub const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
 /// Errors that stop the processor from starting or serving.
 #[derive(Debug)]

@@ -20,6 +20,7 @@
 //! output (for a rewritten stream, what `citestream rewrite` writes for the
 //! same input and sources).
 
+use bytes::Bytes;
 use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse;
 
 use crate::proto::{self, Chunk};
@@ -37,10 +38,11 @@ pub enum BodyMode {
 }
 
 /// The answer to one body message whose bytes were `original` and whose
-/// output is `out` (`None`: `original` itself).
+/// output is `out` (`None`: `original` itself, which full duplex sends
+/// back without a copy once the exchange has let go of it).
 pub(crate) fn answer(
     mode: BodyMode,
-    original: &[u8],
+    original: Bytes,
     out: Option<Vec<u8>>,
     end: bool,
 ) -> Option<ProcessingResponse> {
@@ -50,7 +52,7 @@ pub(crate) fn answer(
             _ => Chunk::Keep,
         })),
         BodyMode::FullDuplex => {
-            let out = out.unwrap_or_else(|| original.to_vec());
+            let out = out.unwrap_or_else(|| Vec::from(original));
             (!out.is_empty() || end).then(|| proto::response_body_streamed(out, end))
         }
     }

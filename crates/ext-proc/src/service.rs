@@ -1,32 +1,33 @@
 //! The gRPC service `envoy.service.ext_proc.v3.ExternalProcessor`: one
-//! bidirectional stream per HTTP exchange, each driven by an
-//! `Session` (the crate's private `exchange` module, around the host's exchange) on its own task.
+//! bidirectional stream per HTTP exchange, each driven by a `Session`
+//! (the crate's private `exchange` module, around the host's exchange).
 //!
 //! Contract:
 //! * Messages are handled in order; the answers to one message are sent
 //!   before the next message is read (the protocol's ordering).
+//! * No task or channel per stream: the answer stream tonic sends from
+//!   reads the next message itself, so the answer to a body message is made
+//!   and written in the poll that decoded it (no wake-up of another task
+//!   per event). Only the messages that wait for the request side (headers,
+//!   the request body: auth, search, quota) run as a future of their own.
 //! * When Envoy ends the stream (the client went away, the filter gave up),
-//!   work in progress for it (a search, a quota reservation) is dropped at
-//!   once: the reservation is released by the host's store.
+//!   tonic drops the answer stream and with it the work in progress (a
+//!   search, a quota reservation: released by the host's store).
 //! * A malformed or unexpected message never ends the process; a gRPC
 //!   error on the inbound stream ends only that stream.
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use citestream_host::grounding::Grounding;
 use citestream_host::reload::Swap;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use futures_core::Stream;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::exchange::Session;
-
-/// Answers in flight per stream before the task waits for Envoy to read.
-const QUEUE: usize = 32;
+use crate::exchange::{Session, waits};
 
 /// The external processor (see the module docs).
 #[derive(Debug, Clone)]
@@ -51,8 +52,6 @@ impl Processor {
     }
 }
 
-type Answers = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
-
 #[tonic::async_trait]
 impl ExternalProcessor for Processor {
     type ProcessStream = Answers;
@@ -61,44 +60,80 @@ impl ExternalProcessor for Processor {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
-        let inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let exchange = Session::new(self.grounding.load());
-        tokio::spawn(drive(exchange, inbound, tx));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Answers {
+            inbound: request.into_inner(),
+            session: Some(Session::new(self.grounding.load())),
+            waiting: None,
+            out: Vec::with_capacity(2),
+        }))
     }
 }
 
-/// Reads `inbound` to its end, answering each message through `tx`.
-async fn drive(
-    mut exchange: Session,
-    mut inbound: Streaming<ProcessingRequest>,
-    tx: mpsc::Sender<Result<ProcessingResponse, Status>>,
-) {
-    let mut out = Vec::with_capacity(2);
-    loop {
-        let msg = tokio::select! {
-            m = inbound.message() => m,
-            () = tx.closed() => return,
-        };
-        let msg = match msg {
-            Ok(Some(m)) => m,
-            Ok(None) => return,
-            Err(status) => {
-                tracing::debug!(%status, "ext_proc stream ended by Envoy");
-                return;
+/// A message whose answer waits for the request side, with the session
+/// it took; it gives both back.
+type Waiting = Pin<Box<dyn Future<Output = (Session, Vec<ProcessingResponse>)> + Send>>;
+
+/// One stream's answers, made as its messages are read (see the module
+/// docs).
+pub struct Answers {
+    inbound: Streaming<ProcessingRequest>,
+    /// `None` while `waiting` holds it.
+    session: Option<Session>,
+    waiting: Option<Waiting>,
+    /// Answers not yet sent, the next one last.
+    out: Vec<ProcessingResponse>,
+}
+
+impl std::fmt::Debug for Answers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answers")
+            .field("waiting", &self.waiting.is_some())
+            .field("queued", &self.out.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stream for Answers {
+    type Item = Result<ProcessingResponse, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(a) = this.out.pop() {
+                return Poll::Ready(Some(Ok(a)));
             }
-        };
-        // Envoy may cancel while a search runs: drop it (and release the
-        // reservation) instead of finishing work nobody will read.
-        tokio::select! {
-            () = exchange.handle(msg, &mut out) => {}
-            () = tx.closed() => return,
-        }
-        for answer in out.drain(..) {
-            if tx.send(Ok(answer)).await.is_err() {
-                return;
+            if let Some(w) = this.waiting.as_mut() {
+                let (session, mut out) = ready!(w.as_mut().poll(cx));
+                this.waiting = None;
+                this.session = Some(session);
+                out.reverse();
+                this.out = out;
+                continue;
             }
+            let msg = match ready!(Pin::new(&mut this.inbound).poll_next(cx)) {
+                Some(Ok(m)) => m,
+                None => return Poll::Ready(None),
+                Some(Err(status)) => {
+                    tracing::debug!(%status, "ext_proc stream ended by Envoy");
+                    return Poll::Ready(None);
+                }
+            };
+            if !waits(&msg) {
+                let Some(session) = this.session.as_mut() else {
+                    return Poll::Ready(None);
+                };
+                session.handle_now(msg, &mut this.out);
+                this.out.reverse();
+                continue;
+            }
+            let Some(mut session) = this.session.take() else {
+                return Poll::Ready(None);
+            };
+            this.waiting = Some(Box::pin(async move {
+                let mut out = Vec::with_capacity(2);
+                session.handle(msg, &mut out).await;
+                (session, out)
+            }));
         }
     }
 }
