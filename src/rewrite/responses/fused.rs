@@ -13,7 +13,13 @@
 //!   line and a blank line, LF line ends: the event's bytes cut at the
 //!   `delta` string (the content hole), the `obfuscation` string and the
 //!   integer `sequence_number` (the members the general scan reads last,
-//!   when the event has them). Everything else (`type`, `item_id`,
+//!   when the event has them). When the `sequence_number` comes after
+//!   the other two (as api.openai.com writes the keys now, in alphabetical
+//!   order), the template is the event up to that number and the bytes
+//!   after it (`}` and the blank line) are kept as they are: a match is
+//!   the template's, a plain integer (no leading zero), then those bytes;
+//!   so the template has string holes only and takes chat's
+//!   straight-line walk. Everything else (`type`, `item_id`,
 //!   `output_index`, `content_index`, `logprobs`, the key order, the
 //!   framing) is literal text. The template and its walks are chat's
 //!   ([`ChunkTemplate`], shared, not copied); a fresh template is on
@@ -43,7 +49,8 @@
 //! `fused_tests.rs` and the `responses_split` fuzz target compare the two
 //! with the fused path switched off.
 
-use super::{Part, ResponsesHandler, Scan};
+use super::{Part, ResponsesHandler, Scan, Span};
+use crate::json;
 use crate::rewrite::chat::template::{ChunkTemplate, Contents, Stop};
 use crate::rewrite::driver::Tail;
 use crate::sse::FrameRef;
@@ -64,8 +71,13 @@ const FRAMINGS: [&[u8]; 4] = [
 /// The fused path's state.
 #[derive(Debug)]
 pub(super) struct Fused {
-    /// The delta template (invalid until learned).
+    /// The delta template (invalid until learned): the whole event, or
+    /// the event up to its `sequence_number` when `split`.
     template: ChunkTemplate,
+    /// The template ends at the `sequence_number`, followed by `after`.
+    split: bool,
+    /// The event's bytes after its `sequence_number`, when `split`.
+    after: Vec<u8>,
     /// The part its deltas go to (an index into the handler's parts).
     part: usize,
     /// A match's content (the `delta` body).
@@ -85,6 +97,8 @@ impl Default for Fused {
     fn default() -> Self {
         Fused {
             template: ChunkTemplate::default(),
+            split: false,
+            after: Vec::new(),
             part: 0,
             found: Contents::default(),
             held: (0, 0, Contents::default()),
@@ -101,6 +115,23 @@ impl Default for Fused {
 fn feed(parts: &mut [Part], k: usize, s: &[u8], start: usize, end: usize) {
     if let Some(t) = parts.get_mut(k).and_then(|p| p.tracker.as_mut()) {
         t.push_json(&s[start..end]);
+    }
+}
+
+impl Fused {
+    /// The end of a match in `s` whose template part ends at `end`: past
+    /// the plain integer and [`after`](Self::after) when
+    /// [`split`](Self::split), else `end`.
+    #[inline(always)]
+    fn rest(&self, s: &[u8], end: usize) -> Option<usize> {
+        if !self.split {
+            return Some(end);
+        }
+        let digits = json::digits_end(s, end);
+        let lead = *s.get(end)?;
+        let plain = digits > end && (lead != b'0' || digits == end + 1);
+        let n = self.after.len();
+        (plain && s.get(digits..digits + n)? == &self.after[..]).then_some(digits + n)
     }
 }
 
@@ -126,7 +157,8 @@ impl ResponsesHandler {
             return false;
         }
         let fz = &mut self.fused;
-        if !fz.template.matches(raw, &mut fz.found) {
+        let end = fz.template.matches_event(raw, &mut fz.found);
+        if end.and_then(|e| fz.rest(raw, e)) != Some(raw.len()) {
             return false;
         }
         fz.hit = true;
@@ -165,18 +197,32 @@ impl ResponsesHandler {
             fz.wasted = 0;
         }
         fz.hit = false;
-        let mut holes = [0..0, 0..0];
-        let mut n = 0;
-        if let Some((r, _)) = sc.seq(d) {
-            holes[n] = r;
-            n += 1;
-        }
-        if let Some(o) = sc.obfuscation {
-            holes[n] = o.range();
-            n += 1;
-        }
+        let seq = sc.seq(d).map(|(r, _)| r);
+        let obf = sc.obfuscation.map(Span::range);
         let content = std::iter::once((0, delta.range()));
-        fz.template.learn(raw, at, true, content, &holes[..n]);
+        // (The delta's token ends a byte after its body.)
+        let last = |r: &std::ops::Range<usize>| {
+            r.start > delta.1 as usize && obf.as_ref().is_none_or(|o| r.start >= o.end)
+        };
+        fz.after.clear();
+        fz.split = false;
+        match seq {
+            Some(r) if last(&r) => {
+                let holes = obf.as_slice();
+                fz.template.learn(&raw[..at + r.start], at, true, content, holes);
+                fz.after.extend_from_slice(&raw[at + r.end..]);
+                fz.split = true;
+            }
+            _ => {
+                let mut holes = [0..0, 0..0];
+                let mut n = 0;
+                for (slot, r) in holes.iter_mut().zip(seq.into_iter().chain(obf)) {
+                    *slot = r;
+                    n += 1;
+                }
+                fz.template.learn(raw, at, true, content, &holes[..n]);
+            }
+        }
         fz.part = k;
     }
 
@@ -198,7 +244,11 @@ impl ResponsesHandler {
             if ev.len() < fz.template.literal_len() {
                 break;
             }
-            let Some(len) = fz.template.matches_event(ev, &mut fz.found) else {
+            let Some(len) = fz
+                .template
+                .matches_event(ev, &mut fz.found)
+                .and_then(|e| fz.rest(ev, e))
+            else {
                 break;
             };
             // The parser's limit: the bytes before the blank line.
@@ -253,14 +303,15 @@ impl ResponsesHandler {
         let fz = &mut self.fused;
         let (seg, lit, c) = &mut fz.held;
         let in_tail = c.n;
-        let Some(end) = fz.template.resume(head, *seg, *lit, c) else {
+        let end = fz.template.resume(head, *seg, *lit, c);
+        let Some(end) = end.and_then(|e| fz.rest(head, e)) else {
             return 0;
         };
         if tail.len() + end > limit {
             return 0;
         }
         fz.hit = true;
-        let k = fz.part;
+        let (k, c) = (fz.part, &fz.held.2);
         self.last = k;
         for n in 0..c.n {
             let (_, start, end) = c.at[n];
