@@ -131,7 +131,9 @@ impl Fused {
         let lead = *s.get(end)?;
         let plain = digits > end && (lead != b'0' || digits == end + 1);
         let n = self.after.len();
-        (plain && s.get(digits..digits + n)? == &self.after[..]).then_some(digits + n)
+        // (Byte by byte: a few bytes, `}` and the blank line, no call.)
+        let same = s.get(digits..digits + n)?.iter().zip(&self.after).all(|(a, b)| a == b);
+        (plain && same).then_some(digits + n)
     }
 }
 

@@ -84,7 +84,7 @@ use bytes::{Bytes, BytesMut};
 use crate::cite::{Marker, MarkerTracker};
 use crate::json::{self, Cursor, Invalid, ObjectWalker, Splice};
 use crate::rewrite::RewriteOptions;
-use crate::rewrite::additions::{cited_set, splice_event};
+use crate::rewrite::additions::{annotations_len, cited_set, splice_event};
 use crate::rewrite::driver::{Handler, Out, SseRewriter, Tail};
 use crate::sources::{AnnotationShape, Sources, decimal};
 use crate::sse::{FrameKind, FrameRef, Parser};
@@ -523,7 +523,12 @@ impl ResponsesHandler {
         let d = f.data();
         let p = &self.parts[k];
         let event_line = f.event_field().is_some();
-        let mut out = Vec::with_capacity(p.markers.len() * 400);
+        // (Sized once: the fixed members of one event at their longest,
+        // the item id, and the annotations themselves.)
+        let id = sc.item_id.map_or(0, |r| r.range().len());
+        let shape = AnnotationShape::Flat;
+        let size = annotations_len(shape, &self.sources, &p.markers);
+        let mut out = Vec::with_capacity(p.markers.len() * (280 + id) + size);
         let mut buf = [0u8; 20];
         for (n, m) in p.markers.iter().enumerate() {
             if event_line {
