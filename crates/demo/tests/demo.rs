@@ -680,7 +680,10 @@ fn responses_whole_answer_is_cited() {
 /// `ResponseUsage` requires (`input_tokens_details.cache_write_tokens`
 /// too, as api.openai.com sends it), integers that add up.
 fn check_responses_usage(u: &Value) {
-    let int = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("not an integer: {v} in {u}"));
+    let int = |v: &Value| {
+        v.as_u64()
+            .unwrap_or_else(|| panic!("not an integer: {v} in {u}"))
+    };
     let (input, output) = (int(&u["input_tokens"]), int(&u["output_tokens"]));
     assert!(input > 0 && output > 0, "{u}");
     assert_eq!(int(&u["total_tokens"]), input + output, "{u}");

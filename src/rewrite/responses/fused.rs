@@ -132,7 +132,11 @@ impl Fused {
         let plain = digits > end && (lead != b'0' || digits == end + 1);
         let n = self.after.len();
         // (Byte by byte: a few bytes, `}` and the blank line, no call.)
-        let same = s.get(digits..digits + n)?.iter().zip(&self.after).all(|(a, b)| a == b);
+        let same = s
+            .get(digits..digits + n)?
+            .iter()
+            .zip(&self.after)
+            .all(|(a, b)| a == b);
         (plain && same).then_some(digits + n)
     }
 }
@@ -211,7 +215,8 @@ impl ResponsesHandler {
         match seq {
             Some(r) if last(&r) => {
                 let holes = obf.as_slice();
-                fz.template.learn(&raw[..at + r.start], at, true, content, holes);
+                fz.template
+                    .learn(&raw[..at + r.start], at, true, content, holes);
                 fz.after.extend_from_slice(&raw[at + r.end..]);
                 fz.split = true;
             }

@@ -81,8 +81,8 @@ fn with_markers(input: &[u8]) -> Vec<u8> {
 
 /// The recorded Responses streams, each plain and with markers.
 fn fixtures() -> Vec<(String, Vec<u8>)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/upstream/responses");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream/responses");
     let mut all: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
         .expect("fixtures")
         .map(|e| e.expect("entry").path())
@@ -236,7 +236,10 @@ fn build(items: &[Vec<Vec<String>>], g: &Shape) -> String {
             String::new()
         };
         match weird {
-            1 => out.push_str(&format!("{}data: {data}\r\n\r\n", event.replace('\n', "\r\n"))),
+            1 => out.push_str(&format!(
+                "{}data: {data}\r\n\r\n",
+                event.replace('\n', "\r\n")
+            )),
             2 => out.push_str(&format!("id: {seq}\n{event}data: {data}\n\n")),
             3 => out.push_str(&format!("{event}: keep-alive\ndata: {data}\n\n")),
             4 => out.push_str(&format!("{event}data:{data}\n\n")),
@@ -392,9 +395,17 @@ fn invalid_utf8_in_a_delta() {
         v
     };
     let mut input = Vec::new();
-    for (k, d) in [&b"a [1]"[..], b"b", b"\xff [2]", b"\xc3", b"c", b"\xe2\x82 [3]", b"d"]
-        .iter()
-        .enumerate()
+    for (k, d) in [
+        &b"a [1]"[..],
+        b"b",
+        b"\xff [2]",
+        b"\xc3",
+        b"c",
+        b"\xe2\x82 [3]",
+        b"d",
+    ]
+    .iter()
+    .enumerate()
     {
         input.extend_from_slice(&ev(d, k));
     }
@@ -419,7 +430,12 @@ fn the_fused_path_takes_the_deltas_of_a_part() {
     };
     let mut rw = rewriter(true);
     let max = DEFAULT_MAX_EVENT_SIZE;
-    assert_eq!(rw.handler_mut().fused_events(delta(0, "a", 1).as_bytes(), max), 0, "nothing learned");
+    assert_eq!(
+        rw.handler_mut()
+            .fused_events(delta(0, "a", 1).as_bytes(), max),
+        0,
+        "nothing learned"
+    );
     let first = [delta(0, "a [1]", 1), delta(0, "b", 2)].concat();
     rw.feed(Bytes::from(first.clone()));
     let out: Vec<Bytes> = std::iter::from_fn(|| rw.next_output()).collect();
@@ -427,8 +443,16 @@ fn the_fused_path_takes_the_deltas_of_a_part() {
     let more = [delta(0, "c", 3), delta(0, "d [2]", 4), delta(0, "e", 15)].concat();
     let h = rw.handler_mut();
     assert_eq!(h.fused_events(more.as_bytes(), max), more.len());
-    assert_eq!(h.fused_events(more.as_bytes(), 100), 0, "over the size limit");
-    assert_eq!(h.fused_events(delta(1, "x", 5).as_bytes(), max), 0, "another part");
+    assert_eq!(
+        h.fused_events(more.as_bytes(), 100),
+        0,
+        "over the size limit"
+    );
+    assert_eq!(
+        h.fused_events(delta(1, "x", 5).as_bytes(), max),
+        0,
+        "another part"
+    );
     // The part's text so far went to its tracker, on both paths.
     let done = "event: response.output_text.done\ndata: {\"type\":\"response.output_text.done\",\"content_index\":0,\"item_id\":\"m0\",\"output_index\":0,\"text\":\"\",\"sequence_number\":16}\n\n";
     rw.feed(Bytes::from(done));
@@ -437,5 +461,9 @@ fn the_fused_path_takes_the_deltas_of_a_part() {
     assert_eq!(out.matches("annotation.added").count(), 4, "{out}");
     // Events inserted: later numbers are raised, so nothing is fused.
     let h = rw.handler_mut();
-    assert_eq!(h.fused_events(delta(0, "f", 17).as_bytes(), max), 0, "renumbered");
+    assert_eq!(
+        h.fused_events(delta(0, "f", 17).as_bytes(), max),
+        0,
+        "renumbered"
+    );
 }
