@@ -278,8 +278,11 @@ def start_litellm(up: Upstream, tmp: Path) -> Peer:
 
 
 def citestream_config(tmp: Path) -> dict:
-    sources = tmp / "sources.json"
-    sources.write_text(json.dumps(SOURCES))
+    # One file per process: the peers start side by side.
+    fd, name = tempfile.mkstemp(prefix="sources-", suffix=".json", dir=tmp)
+    sources = Path(name)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(SOURCES))
     return {"search": {"provider": "static", "static": {"path": str(sources)}},
             "plans": {"default": {"searches_per_day": 1_000_000_000}}}
 
