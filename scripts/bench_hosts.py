@@ -649,6 +649,7 @@ def main() -> None:
     ap.add_argument("--bin", help="citestream binary (default: cargo build --release)")
     ap.add_argument("--noop-bin", help="the do-nothing ext_proc processor binary")
     ap.add_argument("--out", help="also write the Markdown to this file")
+    ap.add_argument("--no-perf", action="store_true", help="count syscalls and context switches from /proc only")
     ap.add_argument("--json", help="also write every median, per row, as JSON (the smoke test reads it)")
     args = ap.parse_args()
     if args.quick:
@@ -661,9 +662,10 @@ def main() -> None:
     bin_, noop, notes = build(args)
     os.environ["CITESTREAM_BIN"] = str(Path(bin_).resolve())
     envoy_bin()  # fails loudly without the wheel
-    use_perf = perf_works()
+    use_perf = perf_works() and not args.no_perf
     if not use_perf:
-        notes.append("perf is not available here: syscalls and context switches come from /proc")
+        why = "--no-perf was given" if args.no_perf else "perf is not available here"
+        notes.append(f"{why}: syscalls and context switches come from /proc")
     tmp = Path(tempfile.mkdtemp(prefix="bench-hosts-"))
     up = Upstream(tmp)
     peers: list[Peer] = []
