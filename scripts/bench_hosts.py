@@ -625,14 +625,21 @@ def report(plan: Plan, peers: list[Peer], res: dict, use_perf: bool, notes: list
 def build(args: argparse.Namespace) -> tuple[str, str | None, list[str]]:
     notes = []
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    if not args.bin:
-        subprocess.run(["cargo", "build", "--release", "-p", "citestream-cli"], cwd=ROOT, check=True)
-        args.bin = str(target / "release" / "citestream")
     noop = args.noop_bin
-    if noop is None and (ROOT / "crates/ext-proc/examples/noop_processor.rs").exists():
-        subprocess.run(["cargo", "build", "--release", "-p", "citestream-ext-proc", "--example", "noop_processor"],
-                       cwd=ROOT, check=True)
+    want_noop = noop is None and (ROOT / "crates/ext-proc/examples/noop_processor.rs").exists()
+    # One cargo command for both, so their dependencies' features unify
+    # (the example alone would rebuild tokio and everything above it).
+    packages, targets = ["citestream-cli"], []
+    if not args.bin:
+        targets += ["--bin", "citestream"]
+        args.bin = str(target / "release" / "citestream")
+    if want_noop:
+        packages.append("citestream-ext-proc")
+        targets += ["--example", "noop_processor"]
         noop = str(target / "release" / "examples" / "noop_processor")
+    if targets:
+        cmd = ["cargo", "build", "--release"] + [a for p in packages for a in ("-p", p)] + targets
+        subprocess.run(cmd, cwd=ROOT, check=True)
     if noop is None or not os.access(noop, os.X_OK):
         notes.append("the do-nothing ext_proc processor rows are absent: no `crates/ext-proc/examples/"
                      "noop_processor.rs` in this tree and no `--noop-bin` given"

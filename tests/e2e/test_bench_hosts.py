@@ -27,8 +27,9 @@ def noop_bin() -> str | None:
     """The do-nothing processor, built (debug) when its source is here."""
     if not NOOP_SOURCE.exists():
         return None
-    subprocess.run(["cargo", "build", "-p", "citestream-ext-proc", "--example", "noop_processor"],
-                   cwd=ROOT, check=True, timeout=600)
+    # With the CLI's package and features, so only the example is compiled.
+    subprocess.run(["cargo", "build", "-p", "citestream-cli", "-p", "citestream-ext-proc", "--all-features",
+                    "--example", "noop_processor"], cwd=ROOT, check=True, timeout=600)
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
     return str(target / "debug" / "examples" / "noop_processor")
 
