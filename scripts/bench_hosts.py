@@ -709,7 +709,8 @@ def main() -> None:
                                                "peers": [p.name for p in peers]}, indent=1))
     failed = sum(sum(r.get("failed", [])) for r in res.values())
     if failed:
-        raise SystemExit(f"{failed} streams failed (see the notes above)")
+        raise SystemExit(f"{failed} streams failed (see the notes above; the peers' logs are in {tmp})")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
