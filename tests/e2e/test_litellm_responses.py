@@ -34,6 +34,7 @@ bytes:
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -150,8 +151,8 @@ def _final_annotations(response: dict) -> dict[tuple[int, int], list[dict]]:
 
 
 def _expected_stream(upstream: bytes) -> tuple[dict, dict]:
-    """(annotation.added annotations per part, final response) of the
-    reference rewrite of `upstream`."""
+    """(annotation.added annotations per part, final response or None) of
+    the reference rewrite of `upstream`."""
     added: dict[tuple[int, int], list[dict]] = {}
     final = None
     for _, ev in _blocks(responses_expected(upstream).decode()):
@@ -161,8 +162,19 @@ def _expected_stream(upstream: bytes) -> tuple[dict, dict]:
             added.setdefault((ev["output_index"], ev["content_index"]), []).append(_plain(ev["annotation"]))
         elif ev["type"] in FINAL:
             final = ev["response"]
-    assert final is not None
     return added, final
+
+
+def _added(events) -> dict[tuple[int, int], list[dict]]:
+    """The annotations of the SDK's `annotation.added` events per text
+    part, each `annotation_index` checked to count from 0 in that part."""
+    added: dict[tuple[int, int], list[dict]] = {}
+    for e in events:
+        if e.type == "response.output_text.annotation.added":
+            key = (e.output_index, e.content_index)
+            assert e.annotation_index == len(added.get(key, [])), key
+            added.setdefault(key, []).append(_plain(e.annotation))
+    return added
 
 
 def _sources(response) -> list | None:
@@ -226,12 +238,7 @@ def _check_upstream(replay) -> None:
 def test_streamed_with_create(proxy, replay, marked, name):
     events = list(_client(proxy).responses.create(model=_model(name), stream=True, **ASK))
     want_added, want_final = _expected_stream(marked[name])
-    added: dict[tuple[int, int], list] = {}
-    for e in events:
-        if e.type == "response.output_text.annotation.added":
-            key = (e.output_index, e.content_index)
-            assert e.annotation_index == len(added.get(key, [])), (name, key)
-            added.setdefault(key, []).append(_plain(e.annotation))
+    added = _added(events)
     assert added == want_added
     assert any(len(v) > 0 for v in added.values()), "no annotations at all"
     finals = [e for e in events if e.type in FINAL]
@@ -357,3 +364,76 @@ def test_a_stream_with_an_error_event_gets_no_sources(proxy, replay, marked, nam
     assert not any(_sources(e.response) for e in events if getattr(e, "response", None) is not None)
     assert not [e for e in events if e.type in FINAL]
     assert events[-1].type == "response.failed", [e.type for e in events]
+    want_added, want_final = _expected_stream(marked[name])
+    assert want_final is None and _added(events) == want_added
+
+
+# ---- the hook itself --------------------------------------------------------
+
+def test_hook_yields_litellm_event_objects(proxy, marked):
+    """Fed the event objects LiteLLM's Responses iterator builds (its OpenAI
+    config's `transform_streaming_response`), the hook yields only such
+    objects: an event the rewriter left alone is the very object it got,
+    a changed or inserted one is LiteLLM's class for its `type`."""
+    from litellm.llms.openai.responses.transformation import OpenAIResponsesAPIConfig
+    from litellm.types.llms.base import BaseLiteLLMOpenAIResponseObject
+
+    import citestream
+    from citestream.litellm import CitestreamCallback
+
+    name = "openai_gpt4omini_code_interpreter_two_messages_file_citation"
+    config = OpenAIResponsesAPIConfig()
+    upstream = [config.transform_streaming_response(model="m", parsed_chunk=ev, logging_obj=None)
+                for _, ev in _blocks(marked[name].decode()) if ev is not None]
+    cb = CitestreamCallback.__new__(CitestreamCallback)
+    cb._pending = {}
+    prepared = citestream.Grounding(str(proxy.tmp / "citestream.toml")).prepare(
+        json.dumps({"model": "m", "stream": True, "web_search": True, "input": QUESTION}).encode(),
+        endpoint="responses")
+    assert prepared.search == "injected" and prepared.endpoint == "responses"
+    cb._pending["call-1"] = prepared
+
+    async def events():
+        for ev in upstream:
+            yield ev
+
+    async def run():
+        hook = cb.async_post_call_streaming_iterator_hook(None, events(), {"litellm_call_id": "call-1"})
+        return [x async for x in hook]
+
+    out = asyncio.run(run())
+    assert all(isinstance(x, BaseLiteLLMOpenAIResponseObject) for x in out)
+
+    def dump(x) -> dict:
+        return json.loads(x.model_dump_json(exclude_none=True, exclude_unset=True))
+
+    # The upstream's events come out in order, each the very object while
+    # nothing was inserted before it; after that (and on the snapshots)
+    # LiteLLM's class for the type, equal but for `sequence_number` (raised
+    # by the count inserted) and, on the snapshots, annotations and sources.
+    snapshots = ("response.content_part.done", "response.output_item.done", *FINAL)
+    urls = {s["url"] for s in SOURCES}
+    ups = iter(upstream)
+    shift = rebuilt = 0
+    for x in out:
+        if x.type == "response.output_text.annotation.added" and x.annotation.get("url") in urls:
+            shift += 1
+            continue
+        u = next(ups)
+        if shift == 0 and x.type not in snapshots:
+            assert x is u, x.type
+            continue
+        assert type(x) is OpenAIResponsesAPIConfig.get_event_model_class(event_type=x.type)
+        gx, gu = dump(x), dump(u)
+        assert gx.pop("sequence_number") == gu.pop("sequence_number") + shift
+        if x.type not in snapshots:
+            assert gx == gu, x.type
+        rebuilt += 1
+    assert next(ups, None) is None
+    want_added, want_final = _expected_stream(marked[name])
+    # Three markers in the first message, two in the second (which has an
+    # upstream citation of its own).
+    assert shift == sum(a.get("url") in urls for v in want_added.values() for a in v) == 5
+    assert rebuilt > 0
+    got = [dump(x) for x in out]
+    assert [g["response"].get("sources") for g in got if g["type"] in FINAL] == [want_final["sources"]]
