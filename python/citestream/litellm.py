@@ -250,13 +250,7 @@ def rewrite_chunk(rewriter, item: Any) -> list:
     """Feeds one LiteLLM stream item to `rewriter` (its JSON, through
     `feed_chunk`) and returns the objects to yield in its place (usually
     `[item]` itself: a chunk the rewriter left unchanged)."""
-    if isinstance(item, ModelResponseStream):
-        data = item.model_dump_json(exclude_none=True, exclude_unset=True).encode()
-    elif isinstance(item, dict):
-        data = json.dumps(item).encode()
-    else:
-        return [item]  # not a chunk we can read: passed on untouched
-    return [item if out == data else _chunk_object(out) for out in rewriter.feed_chunk(data)]
+    return _feed(rewriter, item, ModelResponseStream, lambda out, _: _chunk_object(out))
 
 
 def rewrite_event(rewriter, item: Any) -> list:
@@ -266,13 +260,20 @@ def rewrite_event(rewriter, item: Any) -> list:
     `annotation.added` events before a text part's `output_text.done`; a new
     object of LiteLLM's class for that event `type` when the rewriter
     changed it."""
-    if isinstance(item, BaseModel):
+    return _feed(rewriter, item, BaseModel, _event_object)
+
+
+def _feed(rewriter, item: Any, kind: type, build) -> list:
+    """One stream object (a `kind` model, or a dict) in as the JSON the
+    proxy writes for it; each output the rewriter gives back: `item` when
+    equal to that JSON, else `build(json, item)`."""
+    if isinstance(item, kind):
         data = item.model_dump_json(exclude_none=True, exclude_unset=True).encode()
     elif isinstance(item, dict):
         data = json.dumps(item).encode()
     else:
-        return [item]  # not an event we can read: passed on untouched
-    return [item if out == data else _event_object(out, item) for out in rewriter.feed_chunk(data)]
+        return [item]  # not an object we can read: passed on untouched
+    return [item if out == data else build(out, item) for out in rewriter.feed_chunk(data)]
 
 
 def _event_object(data: bytes, like: Any):
