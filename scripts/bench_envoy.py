@@ -27,6 +27,9 @@ What it measures, all in one run on loopback:
   (all its threads, /proc/PID/task/*/schedstat) divided by the events it
   handled, and each ext-proc row's added p99 over the noop's of its body
   mode (the goal: at most 1.2x);
+* `--compare-bin PATH`: two more rows, another `citestream` build's
+  ext-proc (`web_search: true`, both body modes), for a before/after in
+  the same run;
 * `--rounds N` runs every set-up N times, interleaved (round 1 of each,
   then round 2, ...), and pools each set-up's events, so a busy moment of
   the machine falls on all of them alike.
@@ -181,6 +184,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=200)
     ap.add_argument("--gap", type=float, default=0.002)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--compare-bin", help="another citestream binary: its ext-proc rows too")
     args = ap.parse_args()
     envoy_bin()
     up = Upstream(args.events, args.gap).start()
@@ -190,6 +194,18 @@ def main() -> None:
     proc = ExtProc.start({"search": {"provider": "static", "static": {"path": str(tmp / "sources.json")}},
                           "plans": {"default": {"searches_per_day": 1_000_000}}})
     noop = Noop()
+    other = None
+    if args.compare_bin:
+        mine = os.environ.get("CITESTREAM_BIN")
+        os.environ["CITESTREAM_BIN"] = args.compare_bin
+        try:
+            other = ExtProc.start({"search": {"provider": "static", "static": {"path": str(tmp / "sources.json")}},
+                                   "plans": {"default": {"searches_per_day": 1_000_000}}})
+        finally:
+            if mine is None:
+                os.environ.pop("CITESTREAM_BIN")
+            else:
+                os.environ["CITESTREAM_BIN"] = mine
     results: dict[str, tuple[list[float], float]] = {}
     try:
         # (label, processor, body mode, web_search)
@@ -200,6 +216,9 @@ def main() -> None:
                   ("ext-proc FULL_DUPLEX", proc, FULL_DUPLEX, True),
                   ("ext-proc STREAMED, web_search false (pass-through)", proc, STREAMED, False),
                   ("ext-proc FULL_DUPLEX, web_search false (pass-through)", proc, FULL_DUPLEX, False)]
+        if other is not None:
+            setups += [("ext-proc (--compare-bin) STREAMED", other, STREAMED, True),
+                       ("ext-proc (--compare-bin) FULL_DUPLEX", other, FULL_DUPLEX, True)]
         for _ in range(args.rounds):
             for label, target, mode, search in setups:
                 envoy = Envoy.start(processor=(target or proc).port, upstream=up.port, mode=mode or STREAMED,
@@ -217,6 +236,8 @@ def main() -> None:
     finally:
         noop.stop()
         proc.stop()
+        if other is not None:
+            other.stop()
     base = results["envoy only"][0]
     print(f"events per set-up: {args.rounds} x {args.streams} streams x {args.events} events, "
           f"{args.gap * 1000:.1f} ms apart")

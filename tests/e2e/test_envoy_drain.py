@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 import time
 
@@ -23,20 +22,13 @@ import pytest
 
 from harness.checks import SOURCES, client_body, raw_post
 from harness.envoy import STREAMED, Envoy, ExtProc
+from harness.envoy import _port_open as accepts
 from harness.procs import citestream_rewrite, http_status
 from test_envoy_observability import hc, with_health_checks
 
 FIXTURE = "openai_gpt4o_text_usage_chunk"
 CHAT = "/v1/chat/completions"
 DELAY = 1.5
-
-
-def accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), 0.5):
-            return True
-    except OSError:
-        return False
 
 
 @pytest.fixture

@@ -33,14 +33,13 @@ use std::task::Poll;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use citestream_ext_proc::noop::Noop;
-use citestream_ext_proc::{MAX_MESSAGE, Processor};
+use citestream_ext_proc::{MAX_MESSAGE, Processor, http_headers};
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
-use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
+    HttpBody, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
     processing_request::Request,
 };
 use futures_core::Stream;
@@ -93,22 +92,6 @@ fn usage(msg: &str) -> ! {
         "usage: ext_proc_callgrind <citestream|noop> <streamed|full-duplex> <on|off> [events]"
     );
     std::process::exit(2)
-}
-
-fn headers(pairs: &[(&str, &str)]) -> HttpHeaders {
-    HttpHeaders {
-        headers: Some(HeaderMap {
-            headers: pairs
-                .iter()
-                .map(|(k, v)| HeaderValue {
-                    key: (*k).to_owned(),
-                    raw_value: v.as_bytes().to_vec(),
-                    ..Default::default()
-                })
-                .collect(),
-        }),
-        ..Default::default()
-    }
 }
 
 /// One gRPC message as it comes off the wire: uncompressed flag, length,
@@ -236,11 +219,11 @@ fn main() {
         );
         let setup = [
             ProcessingRequest {
-                request: Some(Request::RequestHeaders(headers(&[
+                request: Some(Request::RequestHeaders(http_headers(&[
                     (":method", "POST"),
                     (":path", "/v1/chat/completions"),
                     ("content-type", "application/json"),
-                ]))),
+                ], false))),
                 protocol_config: Some(ProtocolConfiguration {
                     request_body_mode: BodySendMode::Buffered as i32,
                     response_body_mode: body_mode as i32,
@@ -257,10 +240,10 @@ fn main() {
                 ..Default::default()
             },
             ProcessingRequest {
-                request: Some(Request::ResponseHeaders(headers(&[
+                request: Some(Request::ResponseHeaders(http_headers(&[
                     (":status", "200"),
                     ("content-type", "text/event-stream"),
-                ]))),
+                ], false))),
                 ..Default::default()
             },
         ];

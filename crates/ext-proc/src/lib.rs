@@ -85,6 +85,7 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
+pub use proto::http_headers;
 pub use response::BodyMode;
 pub use service::Processor;
 

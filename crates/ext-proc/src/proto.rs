@@ -11,9 +11,9 @@ use citestream_host::exchange::{HeaderEdits, Reply};
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue, HeaderValueOption};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, ImmediateResponse,
-    ProcessingResponse, StreamedBodyResponse, TrailersResponse, body_mutation::Mutation,
-    processing_response::Response,
+    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, HttpHeaders,
+    ImmediateResponse, ProcessingResponse, StreamedBodyResponse, TrailersResponse,
+    body_mutation::Mutation, processing_response::Response,
 };
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 
@@ -64,6 +64,27 @@ impl Headers {
             }
         }
         out
+    }
+}
+
+/// An `HttpHeaders` message as Envoy sends it: `pairs` in `raw_value`
+/// (pseudo-headers such as `:path` included), for tests and benchmarks
+/// that drive a processor without Envoy.
+#[must_use]
+pub fn http_headers(pairs: &[(&str, &str)], end_of_stream: bool) -> HttpHeaders {
+    HttpHeaders {
+        headers: Some(HeaderMap {
+            headers: pairs
+                .iter()
+                .map(|(k, v)| HeaderValue {
+                    key: (*k).to_owned(),
+                    raw_value: v.as_bytes().to_vec(),
+                    ..Default::default()
+                })
+                .collect(),
+        }),
+        end_of_stream,
+        ..Default::default()
     }
 }
 

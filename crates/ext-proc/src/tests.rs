@@ -10,9 +10,8 @@ use citestream::request::Endpoint;
 use citestream::{RewriteOptions, Sources, StreamRewriter};
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
-use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    BodyResponse, CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+    BodyResponse, CommonResponse, HttpBody, ProcessingRequest, ProcessingResponse,
     ProtocolConfiguration, body_mutation::Mutation, processing_request::Request,
     processing_response::Response,
 };
@@ -193,22 +192,7 @@ async fn pass_keeps_every_piece() {
     }
 }
 
-fn headers(pairs: &[(&str, &str)], end_of_stream: bool) -> HttpHeaders {
-    HttpHeaders {
-        headers: Some(HeaderMap {
-            headers: pairs
-                .iter()
-                .map(|(k, v)| HeaderValue {
-                    key: (*k).to_owned(),
-                    raw_value: v.as_bytes().to_vec(),
-                    ..Default::default()
-                })
-                .collect(),
-        }),
-        end_of_stream,
-        ..Default::default()
-    }
-}
+use crate::http_headers as headers;
 
 fn msg(r: Request, first: Option<BodyMode>) -> ProcessingRequest {
     ProcessingRequest {
