@@ -196,14 +196,25 @@ impl Grounding {
     /// # Errors
     /// As [`Grounding::new`].
     pub async fn with_clock(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Grounding, ConfigError> {
+        Grounding::build(cfg, clock, Arc::new(Metrics::new())).await
+    }
+
+    /// [`Grounding::with_clock`] recording in `metrics` (the search's
+    /// resends too).
+    async fn build(
+        cfg: &Config,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Grounding, ConfigError> {
         let clock = SharedClock(clock);
         let accounts = Accounts::from_config(cfg)?;
         let store = Store::from_config(cfg, clock.clone())?;
         let cache = crate::cache::SearchCache::from_config(cfg, &store)?;
         // The setup error's message names the key itself.
         let tls = crate::tls::client_config(&cfg.tls)?;
-        let search = Search::with_tls(&cfg.search, Some(&tls))
-            .map_err(|e| ConfigError::new("", e.to_string()))?;
+        let search =
+            Search::with_tls_and_resends(&cfg.search, Some(&tls), metrics.search_resends())
+                .map_err(|e| ConfigError::new("", e.to_string()))?;
         let keys = KeyRules {
             api_key: (!cfg.upstream.api_key.is_empty()).then(|| cfg.upstream.api_key.clone()),
             strip_client: cfg.auth.mode == AuthMode::Keys && !cfg.upstream.forward_client_auth,
@@ -218,7 +229,7 @@ impl Grounding {
             cache,
             inject: cfg.inject_options(),
             rewrite: cfg.rewrite_options(),
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             clock,
             limits: Limits {
                 max_request_body: cfg.server.max_request_body.0,
@@ -239,8 +250,7 @@ impl Grounding {
     /// # Errors
     /// As [`Grounding::new`].
     pub async fn reloaded(&self, cfg: &Config, keep_store: bool) -> Result<Grounding, ConfigError> {
-        let mut g = Grounding::with_clock(cfg, self.clock.0.clone()).await?;
-        g.metrics = self.metrics.clone();
+        let mut g = Grounding::build(cfg, self.clock.0.clone(), self.metrics.clone()).await?;
         if keep_store {
             g.store = self.store.clone();
         }

@@ -23,6 +23,10 @@
 //!   `perplexity` (also LiteLLM `/v1/search/<tool>`), `http`, `brave`,
 //!   `tavily`, `exa`. Hosts may plug their own in with
 //!   [`Search::with_provider`].
+//! * [`Resends`]: the count of requests the remote providers' and the query
+//!   model's HTTP client sent once more on a fresh connection (the
+//!   keep-alive race); a host hands one in
+//!   ([`Search::with_tls_and_resends`]) and exports it with its metrics.
 //!
 //! # Adapter rules (applied once, for every provider)
 //!
@@ -67,6 +71,7 @@ pub use config::{
     EndpointConfig, LocalConfig, PathConfig, ProviderKind, QueryMode, QueryModelConfig,
     SearchConfig, SearxngConfig,
 };
+pub use http::Resends;
 pub use local::{DEFAULT_URL_BASE, LocalIndex};
 pub use provider::{BoxFuture, Provider, SearchError, SearchErrorKind};
 pub use query::{Formation, FormedQuery};

@@ -18,7 +18,7 @@ use crate::local::LocalIndex;
 use crate::query::{self, FormedQuery, QueryModel};
 use crate::remote::{self, Remote};
 use crate::static_file::StaticFile;
-use crate::{Provider, SearchError, SearchErrorKind, SearchQuery, Source, adapt};
+use crate::{Provider, Resends, SearchError, SearchErrorKind, SearchQuery, Source, adapt};
 
 /// A search backend ready to use, with the adapter rules.
 ///
@@ -84,6 +84,23 @@ impl Search {
         config: &SearchConfig,
         tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
     ) -> Result<Search, SetupError> {
+        Search::with_tls_and_resends(config, tls, &Resends::default())
+    }
+
+    /// [`Search::with_tls`], counting in `resends` the requests the remote
+    /// provider's and the query model's clients send once more on a fresh
+    /// connection (the keep-alive race; see [`Resends`]). A host passes the
+    /// same `Resends` to every `Search` it builds (reloads too) and exports
+    /// its counts.
+    ///
+    /// # Errors
+    ///
+    /// As [`Search::new`].
+    pub fn with_tls_and_resends(
+        config: &SearchConfig,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+        resends: &Resends,
+    ) -> Result<Search, SetupError> {
         let provider: Box<dyn Provider> = match config.provider {
             ProviderKind::Local if config.local.path.is_empty() => Box::new(LocalIndex::bundled()),
             ProviderKind::Local => Box::new(LocalIndex::from_dir_with_url_base(
@@ -91,9 +108,9 @@ impl Search {
                 &config.local.url_base,
             )?),
             ProviderKind::Static => Box::new(StaticFile::load(Path::new(&config.r#static.path))?),
-            kind => Box::new(Remote::new(kind, config, tls)?),
+            kind => Box::new(Remote::new(kind, config, tls, resends)?),
         };
-        Search::build(provider, config, tls)
+        Search::build(provider, config, tls, resends)
     }
 
     /// A `Search` over any provider, with the limits of `config` (its
@@ -106,7 +123,7 @@ impl Search {
         provider: Box<dyn Provider>,
         config: &SearchConfig,
     ) -> Result<Search, SetupError> {
-        Search::build(provider, config, None)
+        Search::build(provider, config, None, &Resends::default())
     }
 
     /// [`Search::with_provider`], the query model's client trusting `tls`.
@@ -114,6 +131,7 @@ impl Search {
         provider: Box<dyn Provider>,
         config: &SearchConfig,
         tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+        resends: &Resends,
     ) -> Result<Search, SetupError> {
         for (key, zero) in [
             ("max_results", config.max_results == 0),
@@ -129,7 +147,7 @@ impl Search {
             }
         }
         let query_model = match config.query {
-            QueryMode::Model => Some(QueryModel::new(&config.query_model, tls)?),
+            QueryMode::Model => Some(QueryModel::new(&config.query_model, tls, resends)?),
             QueryMode::Context | QueryMode::Last => None,
         };
         Ok(Search {

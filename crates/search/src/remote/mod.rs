@@ -40,11 +40,19 @@ impl Remote {
         kind: ProviderKind,
         config: &SearchConfig,
         tls: Option<&Arc<rustls::ClientConfig>>,
+        resends: &crate::http::Resends,
     ) -> Result<Remote, SetupError> {
         let (table, default_url) = match kind {
             ProviderKind::Searxng => {
                 let url = endpoint_url(kind, &config.searxng.url, "")?;
-                return Remote::build(kind, url, String::new(), config.max_text_chars, tls);
+                return Remote::build(
+                    kind,
+                    url,
+                    String::new(),
+                    config.max_text_chars,
+                    tls,
+                    resends,
+                );
             }
             ProviderKind::Perplexity => (&config.perplexity, "https://api.perplexity.ai/search"),
             ProviderKind::Http => (&config.http, ""),
@@ -66,7 +74,14 @@ impl Remote {
                 "search.{kind}.api_key is required for provider \"{kind}\""
             )));
         }
-        Remote::build(kind, url, table.api_key.clone(), config.max_text_chars, tls)
+        Remote::build(
+            kind,
+            url,
+            table.api_key.clone(),
+            config.max_text_chars,
+            tls,
+            resends,
+        )
     }
 
     fn build(
@@ -75,13 +90,15 @@ impl Remote {
         api_key: String,
         text_chars: usize,
         tls: Option<&Arc<rustls::ClientConfig>>,
+        resends: &crate::http::Resends,
     ) -> Result<Remote, SetupError> {
-        let client = crate::http::client(tls).map_err(|e| {
-            SetupError::new(format!(
-                "search.{kind}: cannot build the HTTP client: {}",
-                chain(&e)
-            ))
-        })?;
+        let client =
+            crate::http::client(tls, resends, crate::http::Caller::Provider).map_err(|e| {
+                SetupError::new(format!(
+                    "search.{kind}: cannot build the HTTP client: {}",
+                    chain(&e)
+                ))
+            })?;
         Ok(Remote {
             kind,
             url,
