@@ -27,6 +27,10 @@ and without persistence (an append-only file synced on every write):
     ends, never letting more through than the limit) are at most the
     requests in flight across the downtime;
   - in both, `committed` never exceeds the searches let through.
+* With no request while Redis is down, the first request on each of two
+  replicas after the restart searches (its operation fails on the dead
+  connection and is tried once more on a new one) and no quota error is
+  counted.
 * A start with Redis unreachable logs the start-up warning and serves
   (without search); once a redis-server comes up on that port the next
   request runs with search, with no restart of the gateway.
@@ -166,6 +170,40 @@ def test_redis_killed_and_started_again_under_load(serve, replay, tmp_json, pers
         assert open_ == 0
     errors = re.search(r"^citestream_quota_errors_total (\d+)$", gw.metrics(), re.M)
     assert errors and int(errors.group(1)) >= 5  # the downtime was seen and counted
+
+
+@pytest.mark.parametrize("persist", [False, True], ids=["no-persistence", "appendonly"])
+def test_the_first_request_on_each_replica_after_a_quiet_restart_searches(serve, replay, tmp_json, persist):
+    """No request while Redis is down: each replica still holds its
+    connection to the dead server, so its first operation afterwards fails
+    on it and is tried once more on a new one (the issue was that first
+    request going without search)."""
+    first = RedisServer.start(persist=persist)
+    second = None
+    try:
+        cfg = config(replay, tmp_json(SOURCES, "sources.json"), first.url)
+        replicas = [serve(cfg), serve(cfg)]
+        body, _ = client_body(CHAT, f"replay:{FIXTURE}", True)
+        for gw in replicas:
+            assert raw_post(gw.url + CHAT, body)[1]["x-citestream-search"] == "injected"
+        time.sleep(0.2)
+        assert usage(redis.Redis(port=first.port)) == (2, 0)
+        first.kill()
+        second = RedisServer.start(port=first.port, tmp=first.tmp, persist=persist)
+        for i, gw in enumerate(replicas):
+            status, headers, data = raw_post(gw.url + CHAT, body)
+            assert status == 200 and headers["x-citestream-search"] == "injected", (i, headers)
+            assert SOURCES[0]["url"].encode() in data
+        time.sleep(0.2)
+        # The two before the crash survive only with persistence.
+        assert usage(redis.Redis(port=second.port)) == ((4 if persist else 2), 0)
+        for gw in replicas:
+            errors = re.search(r"^citestream_quota_errors_total (\d+)$", gw.metrics(), re.M)
+            assert errors and int(errors.group(1)) == 0, "the retry on a new connection is not an error"
+    finally:
+        for server in (second, first):
+            if server is not None:
+                server.stop()
 
 
 def test_start_with_redis_unreachable_warns_serves_then_uses_it(serve, replay, tmp_json):
