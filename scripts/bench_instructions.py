@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Instructions the `citestream serve` process spends per request and per
+upstream event, counted by valgrind's callgrind: repeatable to well under
+1% on a shared machine where wall-clock rows move by tens of percent.
+
+    cargo build --release -p citestream-cli
+    target/e2e-venv/bin/python scripts/bench_instructions.py \\
+        --bin before=/path/to/old/citestream --bin main=target/release/citestream
+
+What it does
+* For each binary (`--bin NAME=PATH`, the first is the base of the ratios)
+  and each case (`--cases`):
+  - `pass-through`: a streamed chat request without `web_search` (proxied,
+    not rewritten);
+  - `rewrite`: `web_search: true` (static search over the Lisbon sources,
+    the sources injected, the stream rewritten);
+  - `resend`: `web_search: true` against an upstream that answers a
+    connection's first request and closes it under the next one, unanswered
+    (the replay upstream's `closing="under"`): every reused pooled
+    connection fails before any response byte and the request is sent
+    again on a fresh one (`citestream_upstream_retries_total
+    {reason="stale_connection"}`, read from `/metrics`: the measured
+    requests' resends are shown; every second request takes that path, as
+    the one after a resend opens a new pooled connection). A binary
+    without that resend answers 502 there: the row says so.
+* The upstream is the end-to-end harness's replay upstream
+  (tests/e2e/harness/replay.py), in this process, replaying `--fixture`
+  (default `openai_gpt41nano_text_usage`, 304 events, 100 KB) in pieces of
+  `--piece` bytes (1460) `--gap` seconds apart (0.0005), the same pieces on
+  every run. The client is one kept-alive httpx connection sending the
+  requests one after another; only `serve` runs under valgrind.
+* Each case is run twice, on a fresh `serve` each time: `--warmup` requests
+  (default 5), and `--warmup` + `--requests` (default 60). The difference
+  of the two totals, over `--requests`, is the cost of one request: start-up,
+  the index, lazy set-up on first use and shutdown cancel out. Per event is
+  that over the fixture's events (request overheads included).
+* Prints a markdown table (instructions per request, per event, ratio to the
+  base binary) with the date, the commits (`--commit NAME=SHA`, shown as
+  given) and the options; `--json FILE` writes the figures too, and
+  `--merge A.json B.json` prints one table of runs made apart (a binary
+  measured once and kept). Exits 1 when a request that should succeed did
+  not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+import httpx  # noqa: E402
+
+from harness.procs import free_port, http_status, stop_pid, toml_dumps  # noqa: E402
+from harness.replay import ReplayServer  # noqa: E402
+
+CHAT = "/v1/chat/completions"
+SOURCES = [{"title": "Lisbon - Wikipedia", "url": "https://en.wikipedia.org/wiki/Lisbon",
+            "text": "Lisbon is the capital and largest city of Portugal."}]
+CASES = ("pass-through", "rewrite", "resend")
+STALE = 'citestream_upstream_retries_total{reason="stale_connection"}'
+
+
+def body(model: str, search: bool) -> bytes:
+    doc = {"model": model, "stream": True,
+           "messages": [{"role": "user", "content": "What is the capital of Portugal?"}]}
+    if search:
+        doc["web_search"] = True
+    return json.dumps(doc).encode()
+
+
+def total_instructions(out: Path) -> int:
+    """The `totals:` (or `summary:`) line of a callgrind output file."""
+    text = out.read_text(errors="replace")
+    m = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
+    if not m:
+        raise RuntimeError(f"no totals in {out}")
+    return int(m.group(1))
+
+
+def run(binary: str, case: str, n: int, args, tmp: Path) -> tuple[int, int, int]:
+    """(instructions, requests answered 200, stale resends) of one `serve`
+    process answering `n` requests of `case`."""
+    replay = ReplayServer(closing="under" if case == "resend" else None).start()
+    replay.record = False
+    sources = tmp / "sources.json"
+    sources.write_text(json.dumps(SOURCES))
+    cfg = tmp / "citestream.toml"
+    cfg.write_text(toml_dumps({
+        "upstream": {"base_url": replay.url},
+        "search": {"provider": "static", "static": {"path": str(sources)}},
+        "quota": {"store": "memory"},
+    }))
+    port = free_port()
+    out = tmp / f"callgrind.{case}.{n}.{time.monotonic_ns()}.out"
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
+         "--config", str(cfg), "--listen", f"127.0.0.1:{port}"],
+        stdin=subprocess.DEVNULL, stdout=open(tmp / "stdout", "ab"), stderr=open(tmp / "stderr", "ab"))
+    url = f"http://127.0.0.1:{port}"
+    ok = stale = 0
+    try:
+        deadline = time.monotonic() + args.start_timeout
+        while http_status(url + "/readyz", 2.0) != 200:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"serve did not start: {(tmp / 'stderr').read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        model = f"replay:{args.fixture}?piece={args.piece}&gap={args.gap}"
+        req = body(model, case != "pass-through")
+        with httpx.Client(timeout=120) as client:
+            for _ in range(n):
+                r = client.post(url + CHAT, content=req, headers={"content-type": "application/json"})
+                ok += r.status_code == 200
+            m = re.search("^" + re.escape(STALE) + r" (\d+)$", client.get(url + "/metrics").text, re.M)
+            stale = int(m.group(1)) if m else -1
+    finally:
+        stop_pid(proc, 120.0)
+        replay.stop()
+    return total_instructions(out), ok, stale
+
+
+def events_of(fixture: str) -> int:
+    data = ReplayServer().body(fixture, True)[0]
+    return sum(1 for line in data.split(b"\n") if line.startswith(b"data:"))
+
+
+def fmt(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def table(docs: list[dict]) -> str:
+    """The markdown table of one or more runs' JSON documents; the first
+    binary of the first is the base of the ratios."""
+    rows = [r for d in docs for r in d["rows"]]
+    commits = {k: v for d in docs for k, v in d["commits"].items()}
+    first = docs[0]
+    base_name = rows[0]["binary"]
+    base = {r["case"]: r for r in rows if r["binary"] == base_name}
+    names = []
+    for r in rows:
+        if r["binary"] not in names:
+            names.append(r["binary"])
+    shown = ", ".join(f"`{n}`" + (f" ({commits[n]})" if n in commits else "") for n in names)
+    out = [f"### `serve` instructions per request and per event (callgrind, {', '.join(d['date'] for d in docs)})", "",
+           f"Binaries: {shown}. Fixture `{first['fixture']}` ({first['events']} events), {first['piece']} B pieces, "
+           f"{first['requests']} requests after {first['warmup']} (difference of two runs).", "",
+           f"| case | binary | instructions / request | / event | vs `{base_name}` | answered 200 | stale resends |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    for case in CASES:
+        for r in (r for r in rows if r["case"] == case):
+            b = base.get(case)
+            usable = b is not None and b["answered_200"] == b["requests"]
+            ratio = f"{r['per_request'] / b['per_request']:.3f}" if usable else "n/a"
+            stale = str(r["stale_resends"]) if r["stale_resends"] >= 0 else "not counted"
+            out.append(f"| {r['case']} | `{r['binary']}` | {fmt(r['per_request'])} | {fmt(r['per_event'])} "
+                       f"| {ratio} | {r['answered_200']}/{r['requests']} | {stale} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", action="append", default=[], metavar="NAME=PATH",
+                    help="a citestream binary (repeat; the first is the base)")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                    help="print one table of earlier runs' --json files (the first file's binary is the base)")
+    ap.add_argument("--commit", action="append", default=[], metavar="NAME=SHA", help="shown in the heading")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--fixture", default="openai_gpt41nano_text_usage")
+    ap.add_argument("--piece", type=int, default=1460)
+    ap.add_argument("--gap", type=float, default=0.0005)
+    ap.add_argument("--start-timeout", type=float, default=300.0)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if args.merge:
+        print(table([json.loads(p.read_text()) for p in args.merge]))
+        return 0
+    if not args.bin:
+        ap.error("--bin is required (or --merge)")
+    bins = [b.split("=", 1) for b in args.bin]
+    commits = dict(c.split("=", 1) for c in args.commit)
+    cases = [c for c in args.cases.split(",") if c]
+    for c in cases:
+        if c not in CASES:
+            ap.error(f"unknown case {c!r} (one of {', '.join(CASES)})")
+    events = events_of(args.fixture)
+    rows, failed = [], False
+    for case in cases:
+        for name, path in bins:
+            with tempfile.TemporaryDirectory(prefix="bench-instr-") as d:
+                tmp = Path(d)
+                lo, ok_lo, stale_lo = run(path, case, args.warmup, args, tmp)
+                hi, ok_hi, stale_hi = run(path, case, args.warmup + args.requests, args, tmp)
+            stale = stale_hi - stale_lo if min(stale_lo, stale_hi) >= 0 else -1
+            per = (hi - lo) / args.requests
+            answered = ok_hi - ok_lo
+            row = {"case": case, "binary": name, "requests": args.requests, "answered_200": answered,
+                   "events_per_request": events, "per_request": per, "per_event": per / events,
+                   "stale_resends": stale, "warmup_total": lo, "total": hi}
+            rows.append(row)
+            print(f"{case} {name}: {fmt(per)} per request, {answered}/{args.requests} answered 200, "
+                  f"stale resends {stale}", file=sys.stderr)
+            if answered != args.requests and not (case == "resend" and stale < 0):
+                failed = True
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    doc = {"date": when, "commits": commits, "fixture": args.fixture, "events": events, "piece": args.piece,
+           "requests": args.requests, "warmup": args.warmup, "rows": rows}
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2))
+    print(table([doc]))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
