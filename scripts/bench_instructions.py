@@ -26,7 +26,8 @@ What it does
 * The upstream is the end-to-end harness's replay upstream
   (tests/e2e/harness/replay.py), in this process, replaying `--fixture`
   (default `openai_gpt41nano_text_usage`, 304 events, 100 KB) in pieces of
-  `--piece` bytes (1460) `--gap` seconds apart (0.0005), the same pieces on
+  `--piece` bytes (1460) `--gap` seconds apart (0.005: slow enough that even
+  under valgrind `serve` reads them one by one), the same pieces on
   every run. The client is one kept-alive httpx connection sending the
   requests one after another; only `serve` runs under valgrind.
 * Each case is run twice, on a fresh `serve` each time: `--warmup` requests
@@ -177,7 +178,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--fixture", default="openai_gpt41nano_text_usage")
     ap.add_argument("--piece", type=int, default=1460)
-    ap.add_argument("--gap", type=float, default=0.0005)
+    ap.add_argument("--gap", type=float, default=0.005)
     ap.add_argument("--start-timeout", type=float, default=300.0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
