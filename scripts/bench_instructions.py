@@ -30,11 +30,14 @@ What it does
   under valgrind `serve` reads them one by one), the same pieces on
   every run. The client is one kept-alive httpx connection sending the
   requests one after another; only `serve` runs under valgrind.
-* Each case is run twice, on a fresh `serve` each time: `--warmup` requests
-  (default 5), and `--warmup` + `--requests` (default 60). The difference
-  of the two totals, over `--requests`, is the cost of one request: start-up,
-  the index, lazy set-up on first use and shutdown cancel out. Per event is
-  that over the fixture's events (request overheads included).
+* Each case runs on a fresh `serve` under `valgrind --tool=callgrind`
+  (`--repeat` processes, default 2): `--warmup` requests (default 5, the
+  lazy set-up of first use), then the counts are zeroed
+  (`callgrind_control -z`), `--requests` requests (default 60) are sent and
+  the counts dumped (`callgrind_control -d`): start-up and shutdown are
+  not counted. The instructions of every thread of `serve` over those
+  requests, divided by their number, is the cost of one request; per event
+  is that over the fixture's events (the request's own work included).
 * Prints a markdown table (instructions per request, per event, ratio to the
   base binary) with the date, the commits (`--commit NAME=SHA`, shown as
   given) and the options; `--json FILE` writes the figures too, and
@@ -87,9 +90,14 @@ def total_instructions(out: Path) -> int:
     return int(m.group(1))
 
 
-def run(binary: str, case: str, n: int, args, tmp: Path) -> tuple[int, int, int]:
-    """(instructions, requests answered 200, stale resends) of one `serve`
-    process answering `n` requests of `case`."""
+def control(pid: int, command: str) -> None:
+    """`callgrind_control -z` (zero the counts) or `-d` (dump them) on `pid`."""
+    subprocess.run(["callgrind_control", command, str(pid)], check=True, capture_output=True, timeout=120)
+
+
+def run(binary: str, case: str, args, tmp: Path) -> tuple[int, int, int]:
+    """(instructions, requests answered 200, stale resends) of `--requests`
+    requests of `case` on one `serve` process, after `--warmup` ones."""
     replay = ReplayServer(closing="under" if case == "resend" else None).start()
     replay.record = False
     sources = tmp / "sources.json"
@@ -101,13 +109,14 @@ def run(binary: str, case: str, n: int, args, tmp: Path) -> tuple[int, int, int]
         "quota": {"store": "memory"},
     }))
     port = free_port()
-    out = tmp / f"callgrind.{case}.{n}.{time.monotonic_ns()}.out"
+    out = tmp / f"callgrind.{case}.{time.monotonic_ns()}.out"
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
          "--config", str(cfg), "--listen", f"127.0.0.1:{port}"],
         stdin=subprocess.DEVNULL, stdout=open(tmp / "stdout", "ab"), stderr=open(tmp / "stderr", "ab"))
     url = f"http://127.0.0.1:{port}"
-    ok = stale = 0
+    ok = 0
+    stale = [-1, -1]
     try:
         deadline = time.monotonic() + args.start_timeout
         while http_status(url + "/readyz", 2.0) != 200:
@@ -117,15 +126,30 @@ def run(binary: str, case: str, n: int, args, tmp: Path) -> tuple[int, int, int]
         model = f"replay:{args.fixture}?piece={args.piece}&gap={args.gap}"
         req = body(model, case != "pass-through")
         with httpx.Client(timeout=120) as client:
-            for _ in range(n):
+
+            def resends(i: int) -> None:
+                m = re.search("^" + re.escape(STALE) + r" (\d+)$", client.get(url + "/metrics").text, re.M)
+                stale[i] = int(m.group(1)) if m else -1
+
+            def send() -> bool:
                 r = client.post(url + CHAT, content=req, headers={"content-type": "application/json"})
-                ok += r.status_code == 200
-            m = re.search("^" + re.escape(STALE) + r" (\d+)$", client.get(url + "/metrics").text, re.M)
-            stale = int(m.group(1)) if m else -1
+                return r.status_code == 200
+
+            for _ in range(args.warmup):
+                send()
+            resends(0)
+            control(proc.pid, "-z")
+            for _ in range(args.requests):
+                ok += send()
+            control(proc.pid, "-d")
+            resends(1)
     finally:
         stop_pid(proc, 120.0)
         replay.stop()
-    return total_instructions(out), ok, stale
+    dumps = sorted(tmp.glob(out.name + ".*"), key=lambda f: f.stat().st_mtime)
+    if not dumps:
+        raise RuntimeError(f"callgrind wrote no dump next to {out}")
+    return total_instructions(dumps[-1]), ok, (stale[1] - stale[0]) if min(stale) >= 0 else -1
 
 
 def events_of(fixture: str) -> int:
@@ -152,9 +176,11 @@ def table(docs: list[dict]) -> str:
     shown = ", ".join(f"`{n}`" + (f" ({commits[n]})" if n in commits else "") for n in names)
     out = [f"### `serve` instructions per request and per event (callgrind, {', '.join(d['date'] for d in docs)})", "",
            f"Binaries: {shown}. Fixture `{first['fixture']}` ({first['events']} events), {first['piece']} B pieces, "
-           f"{first['requests']} requests after {first['warmup']} (difference of two runs).", "",
-           f"| case | binary | instructions / request | / event | vs `{base_name}` | answered 200 | stale resends |",
-           "|---|---|---:|---:|---:|---:|---:|"]
+           f"{first['requests']} requests counted after {first['warmup']}; mean of {len(rows[0]['runs'])} "
+           "processes (spread: (max - min) / mean).", "",
+           f"| case | binary | instructions / request | / event | spread | vs `{base_name}` | answered 200 "
+           "| stale resends |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
     for case in CASES:
         for r in (r for r in rows if r["case"] == case):
             b = base.get(case)
@@ -162,7 +188,7 @@ def table(docs: list[dict]) -> str:
             ratio = f"{r['per_request'] / b['per_request']:.3f}" if usable else "n/a"
             stale = str(r["stale_resends"]) if r["stale_resends"] >= 0 else "not counted"
             out.append(f"| {r['case']} | `{r['binary']}` | {fmt(r['per_request'])} | {fmt(r['per_event'])} "
-                       f"| {ratio} | {r['answered_200']}/{r['requests']} | {stale} |")
+                       f"| {100 * r['spread']:.2f}% | {ratio} | {r['answered_200']}/{r['requests']} | {stale} |")
     return "\n".join(out)
 
 
@@ -176,6 +202,7 @@ def main() -> int:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--requests", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=2, help="fresh processes per case and binary")
     ap.add_argument("--fixture", default="openai_gpt41nano_text_usage")
     ap.add_argument("--piece", type=int, default=1460)
     ap.add_argument("--gap", type=float, default=0.005)
@@ -197,19 +224,20 @@ def main() -> int:
     rows, failed = [], False
     for case in cases:
         for name, path in bins:
-            with tempfile.TemporaryDirectory(prefix="bench-instr-") as d:
-                tmp = Path(d)
-                lo, ok_lo, stale_lo = run(path, case, args.warmup, args, tmp)
-                hi, ok_hi, stale_hi = run(path, case, args.warmup + args.requests, args, tmp)
-            stale = stale_hi - stale_lo if min(stale_lo, stale_hi) >= 0 else -1
-            per = (hi - lo) / args.requests
-            answered = ok_hi - ok_lo
+            runs = []
+            for _ in range(args.repeat):
+                with tempfile.TemporaryDirectory(prefix="bench-instr-") as d:
+                    runs.append(run(path, case, args, Path(d)))
+            pers = [total / args.requests for total, _, _ in runs]
+            per = sum(pers) / len(pers)
+            answered = min(ok for _, ok, _ in runs)
+            stale = min(st for _, _, st in runs)
             row = {"case": case, "binary": name, "requests": args.requests, "answered_200": answered,
                    "events_per_request": events, "per_request": per, "per_event": per / events,
-                   "stale_resends": stale, "warmup_total": lo, "total": hi}
+                   "runs": pers, "spread": (max(pers) - min(pers)) / per, "stale_resends": stale}
             rows.append(row)
-            print(f"{case} {name}: {fmt(per)} per request, {answered}/{args.requests} answered 200, "
-                  f"stale resends {stale}", file=sys.stderr)
+            print(f"{case} {name}: {fmt(per)} per request (runs {', '.join(fmt(x) for x in pers)}), "
+                  f"{answered}/{args.requests} answered 200, stale resends {stale}", file=sys.stderr)
             if answered != args.requests and not (case == "resend" and stale < 0):
                 failed = True
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
