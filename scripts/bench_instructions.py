@@ -43,7 +43,9 @@ What it does
   given) and the options; `--json FILE` writes the figures too, and
   `--merge A.json B.json` prints one table of runs made apart (a binary
   measured once and kept). Exits 1 when a request that should succeed did
-  not.
+  not. `--keep DIR` keeps each measured dump;
+  `--compare A.out B.out --requests N` lists the functions whose self cost
+  per request moved most between two of them.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import argparse
 import datetime
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -149,12 +152,52 @@ def run(binary: str, case: str, args, tmp: Path) -> tuple[int, int, int]:
     dumps = sorted(tmp.glob(out.name + ".*"), key=lambda f: f.stat().st_mtime)
     if not dumps:
         raise RuntimeError(f"callgrind wrote no dump next to {out}")
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        name = Path(binary).name
+        shutil.copy(dumps[-1], args.keep / f"callgrind.{name}.{case}.{time.monotonic_ns()}.out")
     return total_instructions(dumps[-1]), ok, (stale[1] - stale[0]) if min(stale) >= 0 else -1
 
 
 def events_of(fixture: str) -> int:
     data = ReplayServer().body(fixture, True)[0]
     return sum(1 for line in data.split(b"\n") if line.startswith(b"data:"))
+
+
+def self_costs(path: Path) -> dict[str, int]:
+    """Self instructions per function of a callgrind dump, read from its
+    `fn=` records (callgrind_annotate 3.19 puts a dump taken after
+    `callgrind_control -z` all under `clone`)."""
+    names: dict[str, str] = {}
+    cost: dict[str, int] = {}
+    fn, call = "?", False
+    for line in path.read_text(errors="replace").splitlines():
+        m = re.match(r"^(c?fn)=\((\d+)\)(?: (.*))?$", line)
+        if m:
+            kind, ident, name = m.groups()
+            if name:
+                names[ident] = name
+            if kind == "fn":
+                fn = names.get(ident, ident)
+        elif line.startswith("calls="):
+            call = True  # the next cost line is the callee's inclusive cost
+        elif line[:1].isdigit() or line[:1] in "+-*":
+            parts = line.split()
+            if len(parts) >= 2 and not call:
+                cost[fn] = cost.get(fn, 0) + int(parts[1])
+            call = False if len(parts) >= 2 else call
+    return cost
+
+
+def compare(a: Path, b: Path, requests: int, top: int = 40) -> str:
+    """The functions whose self cost per request changed most from dump `a`
+    to dump `b` (both of `requests` requests)."""
+    ca, cb = self_costs(a), self_costs(b)
+    out = [f"total per request: {sum(ca.values()) / requests:,.0f} -> {sum(cb.values()) / requests:,.0f}"]
+    diff = {k: cb.get(k, 0) - ca.get(k, 0) for k in set(ca) | set(cb)}
+    for k, d in sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:top]:
+        out.append(f"{d / requests:>+10,.0f}  ({ca.get(k, 0) / requests:,.0f} -> {cb.get(k, 0) / requests:,.0f})  {k[:120]}")
+    return "\n".join(out)
 
 
 def fmt(n: float) -> str:
@@ -196,6 +239,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", action="append", default=[], metavar="NAME=PATH",
                     help="a citestream binary (repeat; the first is the base)")
+    ap.add_argument("--compare", nargs=2, type=Path, metavar=("A.out", "B.out"),
+                    help="per-function self cost per request, dump A vs dump B (from --keep; --requests as measured)")
     ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
                     help="print one table of earlier runs' --json files (the first file's binary is the base)")
     ap.add_argument("--commit", action="append", default=[], metavar="NAME=SHA", help="shown in the heading")
@@ -208,7 +253,12 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=0.005)
     ap.add_argument("--start-timeout", type=float, default=300.0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep", type=Path, metavar="DIR",
+                    help="keep each measured callgrind dump there (for callgrind_annotate)")
     args = ap.parse_args()
+    if args.compare:
+        print(compare(*args.compare, args.requests))
+        return 0
     if args.merge:
         print(table([json.loads(p.read_text()) for p in args.merge]))
         return 0
