@@ -27,7 +27,9 @@ use reqwest::{Client, RequestBuilder, Response};
 pub(crate) const POOL_IDLE: Duration = Duration::from_secs(4);
 
 /// How many requests the search's HTTP clients sent once more on a fresh
-/// connection ([`send`]: the keep-alive race), by who sent them. Clones
+/// connection, by who sent them: a request that failed on a reused pooled
+/// connection before any byte of the answer (the server closed it just as
+/// the request went out, the keep-alive race) is sent again once. Clones
 /// share the counts: a host makes one, hands it to
 /// [`crate::Search::with_tls_and_resends`] (again on every reload, so the
 /// counts go on) and reads it when it exports its metrics.
