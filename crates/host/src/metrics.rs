@@ -15,7 +15,7 @@
 //! | `citestream_upstream_retries_total` | counter | `reason`: why a request was sent upstream again (`stale_connection`: a reused pooled connection failed before any response byte, the keep-alive race; `connect`: a connect error, the next endpoint is tried; `status`: a 429/502/503/504 answer before the client got anything) |
 //! | `citestream_search_duration_seconds` | histogram | |
 //! | `citestream_upstream_latency_seconds` | histogram | `endpoint`: request sent → upstream response headers |
-//! | `citestream_event_added_latency_seconds` | histogram | time the host spends on one upstream piece of a rewritten stream before its output is ready (a sample: the first piece of each stream and one in 16 after it) |
+//! | `citestream_event_added_latency_seconds` | histogram | time the host spends on one upstream piece of a rewritten stream before its output is ready |
 //! | `citestream_open_streams` | gauge | responses being relayed now |
 
 use std::fmt::Write as _;

@@ -283,20 +283,6 @@ enum Sink {
     Whole { held: BytesMut },
 }
 
-/// One piece of a rewritten stream in this many is timed for
-/// `citestream_event_added_latency_seconds` (the first one always).
-const TIMED_ONE_IN: u32 = 16;
-
-/// The clock for a piece of a rewritten stream (`pieces`: the stream's
-/// count so far), on one piece in [`TIMED_ONE_IN`]: two clock reads per
-/// piece cost more than the metric is worth; a sample shows the same
-/// distribution.
-fn sample_clock(pieces: &mut u32) -> Option<Instant> {
-    let now = (*pieces % TIMED_ONE_IN == 0).then(Instant::now);
-    *pieces = pieces.wrapping_add(1);
-    now
-}
-
 /// One exchange (see the module docs).
 pub struct Exchange {
     grounding: Arc<Grounding>,
@@ -332,8 +318,6 @@ pub struct Exchange {
     bytes: u64,
     error: Option<String>,
     recorded: bool,
-    /// Pieces of a rewritten stream so far (the latency sample).
-    pieces: u32,
 }
 
 impl fmt::Debug for Exchange {
@@ -399,7 +383,6 @@ impl Exchange {
             bytes: 0,
             error: None,
             recorded: false,
-            pieces: 0,
         }
     }
 
@@ -737,9 +720,8 @@ impl Exchange {
             return; // inflated in next_output, a step at a time
         }
         if let Sink::Stream(rw) = &mut self.sink {
-            // The hot path: one feed, the first output at once (a sample
-            // of the pieces timed).
-            let t0 = sample_clock(&mut self.pieces);
+            // The hot path: one feed, the first output at once (timed).
+            let t0 = Instant::now();
             if !piece.is_empty() {
                 rw.feed(piece);
             }
@@ -750,9 +732,7 @@ impl Exchange {
             if let Some(b) = rw.next_output() {
                 self.out.push_back(b);
             }
-            if let Some(t0) = t0 {
-                self.grounding.metrics().event_added_latency(t0.elapsed());
-            }
+            self.grounding.metrics().event_added_latency(t0.elapsed());
             return;
         }
         self.sink(piece);
@@ -819,11 +799,9 @@ impl Exchange {
                 }
             }
             Sink::Stream(rw) => {
-                let t0 = sample_clock(&mut self.pieces);
+                let t0 = Instant::now();
                 rw.feed(plain);
-                if let Some(t0) = t0 {
-                    self.grounding.metrics().event_added_latency(t0.elapsed());
-                }
+                self.grounding.metrics().event_added_latency(t0.elapsed());
             }
             Sink::Whole { held } => {
                 let cap = self.grounding.limits().max_whole_body;
