@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use citestream_host::exchange::Exchange;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
@@ -100,9 +100,7 @@ struct FlushWait {
 }
 
 /// The upstream's body through the exchange: each upstream piece is handed
-/// to it as it arrives; each poll hands hyper, as one frame, all the output
-/// ready at that moment (so the client gets one write, however many pieces
-/// and rewritten events it holds), and never waits for more. An
+/// to it and its output forwarded before the next piece is read. An
 /// upstream error ends the output after the exchange has flushed what it
 /// holds and the client's socket has taken all of it (or
 /// [`FLUSH_GRACE`] passed), then fails the client's stream (so it sees a
@@ -117,8 +115,6 @@ pub(crate) struct Exchanged {
     trailers: bool,
     flushes: Option<Arc<Flushes>>,
     wait: Option<FlushWait>,
-    gather: Gather,
-    held: Option<Frame<Bytes>>,
 }
 
 impl Exchanged {
@@ -139,8 +135,6 @@ impl Exchanged {
             trailers,
             flushes,
             wait: None,
-            gather: Gather::default(),
-            held: None,
         }
     }
 
@@ -161,104 +155,44 @@ impl Body for Exchanged {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         if let Some(h) = this.head.take() {
-            this.gather.add(h);
+            return Poll::Ready(Some(Ok(Frame::data(h))));
         }
-        // Everything ready now, in one frame: the exchange's output, and
-        // the upstream pieces already arrived, until the upstream is
-        // pending (never waiting for more).
         loop {
-            loop {
-                match this.exchange.next_output() {
-                    Ok(Some(out)) => this.gather.add(out),
-                    Ok(None) => break,
-                    Err(e) => {
-                        this.error = Some(e.into());
-                        this.finished = true;
-                        break;
-                    }
+            match this.exchange.next_output() {
+                Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                Ok(None) => {}
+                Err(e) => {
+                    this.finished = true;
+                    return Poll::Ready(Some(Err(e.into())));
                 }
             }
-            if this.finished || this.gather.len() >= COALESCE_MAX {
-                break;
+            if this.finished {
+                if this.error.is_some() {
+                    ready!(this.poll_flushed(cx));
+                }
+                return Poll::Ready(this.error.take().map(Err));
             }
-            match Pin::new(&mut this.upstream).poll_frame(cx) {
-                Poll::Pending => break,
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+            match ready!(Pin::new(&mut this.upstream).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => this.exchange.on_response_body(data, false),
-                    Err(trailers) if this.trailers => {
-                        this.held = Some(trailers);
-                        break;
-                    }
+                    Err(trailers) if this.trailers => return Poll::Ready(Some(Ok(trailers))),
                     Err(_) => {}
                 },
-                Poll::Ready(Some(Err(e))) => {
+                Some(Err(e)) => {
                     this.exchange.on_broken(&e.to_string());
                     this.error = Some(e);
                     this.finished = true;
                 }
-                Poll::Ready(None) => {
+                None => {
                     this.exchange.on_response_body(Bytes::new(), true);
                     this.finished = true;
                 }
             }
         }
-        if let Some(data) = this.gather.take() {
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        if let Some(t) = this.held.take() {
-            return Poll::Ready(Some(Ok(t)));
-        }
-        if !this.finished {
-            return Poll::Pending; // the upstream will wake us
-        }
-        if this.error.is_some() {
-            ready!(this.poll_flushed(cx));
-        }
-        Poll::Ready(this.error.take().map(Err))
     }
 
     fn is_end_stream(&self) -> bool {
         false
-    }
-}
-
-/// The most one coalesced frame gathers before it goes out.
-const COALESCE_MAX: usize = 64 * 1024;
-
-/// The pieces ready for the client, as one: a lone piece as it is (no
-/// copy), several copied into a buffer that keeps its capacity (the frame
-/// handed out shares it; once written and dropped, the next one reuses it).
-#[derive(Default)]
-struct Gather {
-    first: Option<Bytes>,
-    buf: BytesMut,
-}
-
-impl Gather {
-    fn add(&mut self, b: Bytes) {
-        if b.is_empty() {
-            return;
-        }
-        if self.first.is_none() && self.buf.is_empty() {
-            self.first = Some(b);
-            return;
-        }
-        if let Some(f) = self.first.take() {
-            self.buf.extend_from_slice(&f);
-        }
-        self.buf.extend_from_slice(&b);
-    }
-
-    fn len(&self) -> usize {
-        self.buf.len() + self.first.as_ref().map_or(0, Bytes::len)
-    }
-
-    fn take(&mut self) -> Option<Bytes> {
-        if self.buf.is_empty() {
-            self.first.take()
-        } else {
-            Some(self.buf.split().freeze())
-        }
     }
 }
 
