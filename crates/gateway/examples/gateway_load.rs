@@ -961,9 +961,12 @@ async fn strace_counts<F: std::future::Future<Output = usize>>(
     Some((counts, events))
 }
 
+/// One `serve` of the CPU table: its name, binary and environment.
+type Setup = (String, PathBuf, Vec<(&'static str, &'static str)>);
+
 /// CPU per event of `serve` builds side by side (see the module docs).
 async fn cpu_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::path::Path) {
-    let mut setups: Vec<(String, PathBuf, Vec<(&str, &str)>)> = Vec::new();
+    let mut setups: Vec<Setup> = Vec::new();
     if let Some(base) = &args.base_bin {
         setups.push(("before (--base-bin)".into(), base.clone(), Vec::new()));
     }
