@@ -795,16 +795,27 @@ async fn rss_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::p
     println!();
 }
 
-/// CPU time process `pid` has spent, over all its threads, in ns.
-fn cpu_ns(pid: u32) -> u64 {
+/// The sum over process `pid`'s threads of `count` applied to each
+/// thread's `/proc/PID/task/TID/<file>`.
+fn per_thread(pid: u32, file: &str, count: impl Fn(&str) -> u64) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
     tasks
         .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join(file)).ok())
+        .map(|s| count(&s))
         .sum()
+}
+
+/// CPU time process `pid` has spent, over all its threads, in ns.
+fn cpu_ns(pid: u32) -> u64 {
+    per_thread(pid, "schedstat", |s| {
+        s.split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -913,19 +924,12 @@ async fn tracing_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &st
 
 /// Context switches (voluntary and not) of process `pid`, all threads.
 fn ctx_switches(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
-        .flat_map(|s| {
-            s.lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        })
-        .sum()
+    per_thread(pid, "status", |s| {
+        s.lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum()
+    })
 }
 
 /// Syscall counts of process `pid` (all threads) while `work` runs, from

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use citestream::{ChatStream, RewriteOptions, Sources, StreamRewriter};
+use citestream::{ChatStream, RewriteOptions, Sources};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -190,13 +190,7 @@ async fn client_reads(gw: SocketAddr, body: &str, seed: u64) -> (Bytes, bool) {
 /// What the chat rewriter makes of `input` ended early.
 fn rewritten(input: &Bytes) -> Bytes {
     let sources = Arc::new(Sources::from_json(&lisbon("sources.json")).unwrap());
-    let mut r = ChatStream::new(sources, RewriteOptions::new());
-    let mut out = Vec::new();
-    r.feed(input.clone());
-    r.drain_into(&mut out);
-    r.finish();
-    r.drain_into(&mut out);
-    out.into()
+    rewrite_all(ChatStream::new(sources, RewriteOptions::new()), input)
 }
 
 async fn broken_runs(web_search: bool, cut: Cut, runs: u64) {
