@@ -623,5 +623,4 @@ impl Parser {
 }
 
 #[cfg(test)]
-#[path = "parser_tests.rs"]
 mod tests;

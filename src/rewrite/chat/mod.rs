@@ -38,8 +38,10 @@
 //! # Files
 //!
 //! * `scan.rs`: the chunk scanner (the fast scan and the full scan), with
-//!   `scan_prefix.rs`, the validated start of a recent chunk;
-//! * `template.rs`: the template learner (the hot path);
+//!   `scan/prefix.rs`, the validated start of a recent chunk;
+//! * `template.rs`: the template learner (the hot path), with
+//!   `template/learn.rs` (learning a shape) and `template/nums.rs` (the
+//!   numbers-then-content walk);
 //! * `fused.rs`: learning and matching templates for [`ChatHandler`], on
 //!   parsed events and on whole events in the input pieces (the fused
 //!   path, before the SSE parser);

@@ -575,12 +575,9 @@ impl ChunkTemplate {
     }
 }
 
-#[path = "template_learn.rs"]
 mod learn;
 
-#[path = "template_nums.rs"]
 mod nums;
 
 #[cfg(test)]
-#[path = "template_tests.rs"]
 mod tests;
