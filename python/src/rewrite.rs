@@ -68,18 +68,8 @@ impl PySources {
         let list = PyList::empty(py);
         for s in self.inner.list() {
             let d = PyDict::new(py);
-            for (k, v) in [
-                ("title", &s.title),
-                ("url", &s.url),
-                ("text", &s.text),
-                ("heading", &s.heading),
-                ("author", &s.author),
-                ("year", &s.year),
-                ("reference", &s.reference),
-            ] {
-                if let Some(v) = v {
-                    d.set_item(k, v)?;
-                }
+            for (k, v) in s.fields() {
+                d.set_item(k, v)?;
             }
             list.append(d)?;
         }
