@@ -132,6 +132,17 @@ struct ChoiceState {
 /// Never panics, on any input.
 pub type ChatStream = SseRewriter<ChatHandler>;
 
+/// Where the walk of a held tail stopped ([`ChatHandler::fused_tail`]):
+/// the template, the literal segment and byte to go on from in the next
+/// piece, the contents found in the tail.
+#[derive(Clone, Debug, Default)]
+struct HeldTail {
+    template: usize,
+    k: usize,
+    lit: usize,
+    contents: Contents,
+}
+
 /// The per-frame state of a [`ChatStream`]: everything but the parser, so
 /// frames lent by the parser can be handled while this state changes.
 #[derive(Debug)]
@@ -162,7 +173,7 @@ pub struct ChatHandler {
     /// turns).
     next_hit: [usize; TEMPLATES],
     /// Where the walk of a held tail stopped.
-    held: fused::HeldTail,
+    held: HeldTail,
     /// Whether the last parsed chunk matched a template: then the next
     /// one tries them before [`has_finish`].
     parsed_hits: bool,
@@ -196,7 +207,7 @@ impl ChatStream {
                 found: Contents::default(),
                 last_hit: 0,
                 next_hit: [0, 1, 2, 3],
-                held: fused::HeldTail::default(),
+                held: HeldTail::default(),
                 parsed_hits: false,
                 fused: true,
             },
