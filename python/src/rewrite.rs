@@ -19,6 +19,10 @@ use citestream::{Dialect, OffsetUnit, RewriteOptions, StreamRewriter};
 
 use crate::errors::{CitestreamError, SourcesError, bytes_arg};
 
+/// Inputs at least this long are processed with the GIL released; shorter
+/// ones are not worth the hand-off.
+pub(crate) const DETACH_AT: usize = 16 * 1024;
+
 /// The numbered sources of one request (docs/reference/request.md, "Sources"), validated and with
 /// their output fragments serialized once.
 #[pyclass(module = "citestream._native", name = "Sources", frozen)]
@@ -142,7 +146,7 @@ pub(crate) fn options(
 
 /// Feeds `input` (when given) or finishes, and returns all output.
 fn drive<R: StreamRewriter + Send>(py: Python<'_>, r: &mut R, input: Option<Bytes>) -> Vec<u8> {
-    let large = input_len(&input) >= crate::DETACH_AT;
+    let large = input_len(&input) >= DETACH_AT;
     let work = |r: &mut R| {
         match input {
             Some(b) => r.feed(b),
@@ -406,7 +410,7 @@ fn rewrite_body<'py>(
     let work = || -> Vec<u8> {
         citestream::rewrite::rewrite_body(ep, &body, &sources, &opts).into_owned()
     };
-    let out = if body.len() >= crate::DETACH_AT {
+    let out = if body.len() >= DETACH_AT {
         py.detach(work)
     } else {
         work()

@@ -20,7 +20,7 @@ use citestream_host::config::Config;
 use citestream_search::query::conversation_query;
 use citestream_search::{Search, SearchQuery};
 
-use super::Failure;
+use crate::process::Failure;
 
 /// The flags of `search`.
 #[derive(Debug, clap::Args)]
