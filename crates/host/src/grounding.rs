@@ -38,7 +38,7 @@ use bytes::Bytes;
 use citestream::RewriteOptions;
 use citestream::flow::{Flow, Outcome, Prepared};
 use citestream::quota::{Clock, QuotaStore, SystemClock, utc_day};
-use citestream::request::{Endpoint, InjectOptions};
+use citestream::request::{Endpoint, InjectOptions, SearchQuery};
 use citestream_search::{Search, SearchErrorKind};
 
 use crate::auth::{Account, Accounts};
@@ -97,6 +97,13 @@ pub fn key_warning(cfg: &Config) -> Option<String> {
             )
         },
     )
+}
+
+/// What a search that ran tells the log.
+struct Ran {
+    cache: crate::cache::CacheResult,
+    time: std::time::Duration,
+    query_chars: usize,
 }
 
 /// A request ready to go upstream: what the core's flow decided
@@ -302,61 +309,19 @@ impl Grounding {
             Ok(f) => f,
             Err(e) => return Err(ErrorReply::from(&e)),
         };
-        let mut cache = crate::cache::CacheResult::Off;
         let asked = flow.inspection().web_search();
         let stream = flow.inspection().stream();
         let model = flow.inspection().model().map(str::to_owned);
-        let mut search_time = None;
-        let mut query_chars = None;
-        let prepared = match flow.query().cloned() {
-            None => flow.finish(Vec::new(), &self.inject).await,
+        let (prepared, ran) = match flow.query().cloned() {
+            None => (flow.finish(Vec::new(), &self.inject).await, None),
             Some(q) => {
-                let t0 = Instant::now();
-                // The cache keys on the query the provider is given, and
-                // the log counts its characters.
-                let formed = self.search.form(&q).await;
-                query_chars = Some(formed.text().chars().count());
-                tracing::debug!(query = %formed.text(), "search query");
-                let span = tracing::info_span!(
-                    "search",
-                    citestream.provider = self.search.provider_name(),
-                    citestream.results = tracing::field::Empty,
-                    citestream.cache = tracing::field::Empty,
-                );
-                let searched = (self.cache)
-                    .search(self.search.provider_name(), formed.text(), || {
-                        self.search.search_formed(&formed)
-                    })
-                    .instrument(span.clone())
-                    .await;
-                span.record("citestream.cache", searched.cache.as_str());
-                search_time = Some(t0.elapsed());
-                cache = searched.cache;
-                if let Some(hit) = cache.is_hit() {
-                    self.metrics.search_cache(hit);
-                }
-                match searched.result {
-                    Ok(found) => {
-                        span.record("citestream.results", found.len());
-                        let r = if found.is_empty() {
-                            SearchResult::NothingFound
-                        } else {
-                            SearchResult::Found
-                        };
-                        self.metrics.search(r, t0.elapsed());
-                        flow.finish(found, &self.inject).await
-                    }
-                    Err(e) => {
-                        let r = if e.kind() == SearchErrorKind::Timeout {
-                            SearchResult::Timeout
-                        } else {
-                            SearchResult::Error
-                        };
-                        self.metrics.search(r, t0.elapsed()); // `search` logged it
-                        flow.fail().await
-                    }
-                }
+                let (prepared, ran) = self.search_and_finish(flow, &q).await;
+                (prepared, Some(ran))
             }
+        };
+        let (cache, search_time, query_chars) = match ran {
+            Some(r) => (r.cache, Some(r.time), Some(r.query_chars)),
+            None => (crate::cache::CacheResult::Off, None, None),
         };
         for e in &prepared.errors {
             self.metrics.quota_error();
@@ -381,6 +346,64 @@ impl Grounding {
             search_time,
             query_chars,
         })
+    }
+
+    /// Forms the query of `q`, runs the search (through the cache) and
+    /// ends `flow` with what it found, or failed; counts the search.
+    async fn search_and_finish(
+        &self,
+        flow: Flow<Store>,
+        q: &SearchQuery,
+    ) -> (Prepared<Store>, Ran) {
+        let t0 = Instant::now();
+        // The cache keys on the query the provider is given, and the log
+        // counts its characters.
+        let formed = self.search.form(q).await;
+        let query_chars = formed.text().chars().count();
+        tracing::debug!(query = %formed.text(), "search query");
+        let span = tracing::info_span!(
+            "search",
+            citestream.provider = self.search.provider_name(),
+            citestream.results = tracing::field::Empty,
+            citestream.cache = tracing::field::Empty,
+        );
+        let searched = (self.cache)
+            .search(self.search.provider_name(), formed.text(), || {
+                self.search.search_formed(&formed)
+            })
+            .instrument(span.clone())
+            .await;
+        span.record("citestream.cache", searched.cache.as_str());
+        let ran = Ran {
+            cache: searched.cache,
+            time: t0.elapsed(),
+            query_chars,
+        };
+        if let Some(hit) = ran.cache.is_hit() {
+            self.metrics.search_cache(hit);
+        }
+        let prepared = match searched.result {
+            Ok(found) => {
+                span.record("citestream.results", found.len());
+                let r = if found.is_empty() {
+                    SearchResult::NothingFound
+                } else {
+                    SearchResult::Found
+                };
+                self.metrics.search(r, t0.elapsed());
+                flow.finish(found, &self.inject).await
+            }
+            Err(e) => {
+                let r = if e.kind() == SearchErrorKind::Timeout {
+                    SearchResult::Timeout
+                } else {
+                    SearchResult::Error
+                };
+                self.metrics.search(r, t0.elapsed()); // `search` logged it
+                flow.fail().await
+            }
+        };
+        (prepared, ran)
     }
 
     /// Searches left today: the limit less committed and reserved ones.
