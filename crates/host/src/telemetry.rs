@@ -731,6 +731,78 @@ pub fn record_status(span: &tracing::Span, status: u16) {
     }
 }
 
+/// Records what a host answered on the `request` span: the status (a 5xx
+/// marks it as an error) and the `x-citestream-search` value, if any.
+pub fn record_reply(span: &tracing::Span, status: u16, search: Option<&HeaderValue>) {
+    record_status(span, status);
+    if let Some(v) = search.and_then(|v| v.to_str().ok()) {
+        span.record("citestream.search", v);
+    }
+}
+
+/// The `upstream` span of one exchange (`citestream_host::exchange` keeps
+/// it): from the request going upstream to the first byte of the
+/// response body. Its fields: `http.response.status_code`,
+/// `citestream.headers_ms` (to the response head), and
+/// `citestream.first_byte_ms` (to the first body byte; absent when the
+/// body was empty or never came). An upstream failure, or a 5xx, marks it
+/// as an error.
+#[derive(Debug)]
+pub struct UpstreamSpan {
+    span: tracing::Span,
+    sent: Instant,
+}
+
+impl UpstreamSpan {
+    /// Opens the span as a child of the current one, and sets
+    /// `traceparent` (and the client's `tracestate`) on the edits of the
+    /// request going upstream, naming this span as the parent; `None`
+    /// when traces are off (the client's headers go upstream as they came).
+    #[must_use]
+    pub fn open(edits: &mut crate::exchange::HeaderEdits) -> Option<UpstreamSpan> {
+        let span = tracing::info_span!(
+            "upstream",
+            otel.kind = "client",
+            http.response.status_code = tracing::field::Empty,
+            citestream.headers_ms = tracing::field::Empty,
+            citestream.first_byte_ms = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let (parent, state) = trace_headers(&span)?;
+        edits.set(http::header::HeaderName::from_static("traceparent"), parent);
+        if let Some(s) = state {
+            edits.set(http::header::HeaderName::from_static("tracestate"), s);
+        }
+        Some(UpstreamSpan {
+            span,
+            sent: Instant::now(),
+        })
+    }
+
+    /// The response head arrived with `status`.
+    pub fn headers(&self, status: u16) {
+        self.span
+            .record("citestream.headers_ms", ms(self.sent.elapsed()));
+        record_status(&self.span, status);
+    }
+
+    /// The first byte of the response body arrived: the span ends.
+    pub fn first_byte(self) {
+        self.span
+            .record("citestream.first_byte_ms", ms(self.sent.elapsed()));
+    }
+
+    /// The upstream failed (no response, or its body broke off): the span
+    /// ends as an error.
+    pub fn failed(self) {
+        self.span.record("otel.status_code", "ERROR");
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_traceparent;

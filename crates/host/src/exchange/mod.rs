@@ -56,6 +56,13 @@
 //!   output is ready as soon as the rewriter has it. Memory: what the core
 //!   rewriter holds, a whole body up to the cap, and at most
 //!   [`inflate::INPUT_STEP`] compressed bytes inflated at a time.
+//! * **Trace** (traces on, see `crate::telemetry`): the `upstream` span
+//!   ([`UpstreamSpan`]) opens in [`Exchange::on_request`] as the request
+//!   goes upstream, a child of the host's current span (its `request`),
+//!   and `traceparent` (with the client's `tracestate`) naming it goes into
+//!   [`Forward::edits`], so the model server sees it as the parent; the
+//!   response head records its status and time and ends it; a failure
+//!   ends it as an error.
 //! * **Failures** ([`Exchange::on_error`]): a 502 (refused, TLS, broken)
 //!   or 504 (timeout) in the endpoint's error shape whose message names the
 //!   class only; the detail goes to the log.
@@ -126,6 +133,7 @@ use crate::config::{AuthMode, Config};
 use crate::errors::{ErrorReply, ErrorShape};
 use crate::grounding::{Grounding, PendingSearch};
 use crate::metrics::{OpenStream, SearchLabel, UpstreamError};
+use crate::telemetry::UpstreamSpan;
 
 pub use edits::HeaderEdits;
 pub use record::Ending;
@@ -307,6 +315,7 @@ pub struct Exchange {
     cache: crate::cache::CacheResult,
     sent_at: Option<Instant>,
     upstream_time: Option<Duration>,
+    upstream_span: Option<UpstreamSpan>,
     // Response side.
     status: Option<u16>,
     sink: Sink,
@@ -373,6 +382,7 @@ impl Exchange {
             cache: crate::cache::CacheResult::Off,
             sent_at: None,
             upstream_time: None,
+            upstream_span: None,
             status: None,
             sink: Sink::Pass,
             inflate: None,
@@ -559,6 +569,7 @@ impl Exchange {
                 let mut edits = HeaderEdits::default();
                 self.upstream_edits(&mut edits);
                 self.sent_at = Some(Instant::now());
+                self.upstream_span = UpstreamSpan::open(&mut edits);
                 return Ok(Forward { body: None, edits });
             }
             Handling::Grounded(e) => e,
@@ -588,6 +599,7 @@ impl Exchange {
         }
         self.plan = g.plan;
         self.sent_at = Some(Instant::now());
+        self.upstream_span = UpstreamSpan::open(&mut edits);
         Ok(Forward {
             body: Some(g.body),
             edits,
@@ -615,6 +627,9 @@ impl Exchange {
                 edits: HeaderEdits::default(),
                 body: BodyPlan::Pass,
             };
+        }
+        if let Some(u) = self.upstream_span.take() {
+            u.headers(status);
         }
         let metrics = self.grounding.metrics().clone();
         let ep = self.endpoint();
@@ -853,6 +868,9 @@ impl Exchange {
         };
         if self.status.is_none() {
             self.settle_quota(false).await;
+        }
+        if let Some(u) = self.upstream_span.take() {
+            u.failed();
         }
         self.failed(kind, format!("{}: {detail}", class.as_str()));
         self.sink = Sink::Pass;
