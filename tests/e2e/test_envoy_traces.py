@@ -7,7 +7,7 @@ OTLP/HTTP collector (harness/otlp.py, the official protobuf types).
   `quota.reserve`, `search`, `upstream`, `response`, with `quota.commit`
   under `response`; the model server (the replay upstream) got a
   `traceparent` naming the `upstream` span, which has the time to the
-  response head.
+  response head and to the first body byte.
 * With the collector down, requests through Envoy are answered as usual.
 """
 
@@ -80,7 +80,10 @@ def test_a_request_through_envoy_is_one_trace_continuing_the_clients(replay_serv
     upstream = by["upstream"]
     assert upstream.kind == 3  # SPAN_KIND_CLIENT
     assert attr(upstream, "http.response.status_code") == 200
-    assert attr(upstream, "citestream.headers_ms") > 0
+    headers_ms = attr(upstream, "citestream.headers_ms")
+    first_byte_ms = attr(upstream, "citestream.first_byte_ms")
+    assert headers_ms is not None and first_byte_ms is not None, upstream
+    assert 0 < headers_ms <= first_byte_ms
     # The model server sees our upstream span as its parent.
     assert sent.header("traceparent") == f"00-{TRACE_ID}-{hex_id(upstream.span_id)}-01"
 

@@ -580,6 +580,7 @@ impl Export {
 /// Takes the queued spans every [`DELAY`] (or at once for a full batch)
 /// and exports them, [`BATCH`] per request, until told to stop; then sends
 /// what is left once.
+#[inline(never)] // its own frame, for callgrind's --toggle-collect
 fn export_loop(queue: &Queue, exporter: &opentelemetry_otlp::SpanExporter) {
     let scope = InstrumentationScope::builder("citestream").build();
     let mut taken = Vec::new();
@@ -742,7 +743,7 @@ pub fn record_reply(span: &tracing::Span, status: u16, search: Option<&HeaderVal
 
 /// The `upstream` span of one exchange (`citestream_host::exchange` keeps
 /// it): from the request going upstream to the first byte of the
-/// response body. Its fields: `http.response.status_code`,
+/// response body (or the end of an empty one). Its fields: `http.response.status_code`,
 /// `citestream.headers_ms` (to the response head), and
 /// `citestream.first_byte_ms` (to the first body byte; absent when the
 /// body was empty or never came). An upstream failure, or a 5xx, marks it

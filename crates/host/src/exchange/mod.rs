@@ -61,8 +61,9 @@
 //!   goes upstream, a child of the host's current span (its `request`),
 //!   and `traceparent` (with the client's `tracestate`) naming it goes into
 //!   [`Forward::edits`], so the model server sees it as the parent; the
-//!   response head records its status and time and ends it; a failure
-//!   ends it as an error.
+//!   response head records its status and time, the first byte of the
+//!   response body its time and ends it (an empty body ends it too); a
+//!   failure, before the head or in the body, ends it as an error.
 //! * **Failures** ([`Exchange::on_error`]): a 502 (refused, TLS, broken)
 //!   or 504 (timeout) in the endpoint's error shape whose message names the
 //!   class only; the detail goes to the log.
@@ -628,7 +629,7 @@ impl Exchange {
                 body: BodyPlan::Pass,
             };
         }
-        if let Some(u) = self.upstream_span.take() {
+        if let Some(u) = &self.upstream_span {
             u.headers(status);
         }
         let metrics = self.grounding.metrics().clone();
@@ -725,6 +726,13 @@ impl Exchange {
     pub fn on_response_body(&mut self, piece: Bytes, end: bool) {
         if self.input_ended {
             return;
+        }
+        if !piece.is_empty() || end {
+            if let Some(u) = self.upstream_span.take() {
+                if !piece.is_empty() {
+                    u.first_byte();
+                }
+            }
         }
         self.input_ended = end;
         if let Some(inf) = &mut self.inflate {
@@ -893,6 +901,9 @@ impl Exchange {
     /// available from [`Exchange::next_output`]: send it, then end the
     /// client's response as broken.
     pub fn on_broken(&mut self, detail: &str) {
+        if let Some(u) = self.upstream_span.take() {
+            u.failed();
+        }
         self.failed(UpstreamError::Broken, format!("broken: {detail}"));
         if !self.sink_ended {
             self.input_ended = true;
