@@ -8,9 +8,10 @@
 //!     target/release/examples/spans_callgrind on 500
 //! ```
 //!
-//! `off` (no `log.otlp_endpoint`) or `on` (an endpoint on a closed
-//! loopback port: the export thread's work is not on the request thread,
-//! so whether a collector answers does not change the count); then the
+//! `off` (no `log.otlp_endpoint`) or `on` (a loopback collector in this
+//! process that answers every export; the export thread's work is not on
+//! the request thread: count it with `--toggle-collect='*export_loop*'`,
+//! the records made OpenTelemetry spans and encoded); then the
 //! number of requests (at most 500: 3,500 spans stay under the export
 //! queue, none dropped). Each request opens the spans `citestream serve`
 //! opens, with their fields, the way it does (a server span continuing a
@@ -82,6 +83,43 @@ fn measured(n: usize, client: &http::HeaderMap) -> usize {
     up.len()
 }
 
+/// A loopback collector that reads every export and answers 200.
+fn collector() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut w = conn.try_clone().expect("clone");
+                let mut r = BufReader::new(conn);
+                loop {
+                    let mut len = 0;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err()
+                        || w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let on = match args.first().map(String::as_str) {
@@ -92,8 +130,7 @@ fn main() {
     let n: usize = args.get(1).map_or(500, |s| s.parse().expect("REQUESTS"));
     assert!(n <= 500, "at most 500 requests (the export queue)");
     let endpoint = if on {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        format!("http://{}", l.local_addr().expect("addr"))
+        format!("http://{}", collector())
     } else {
         String::new()
     };
@@ -112,7 +149,7 @@ fn main() {
         request(&client, &mut http::HeaderMap::new()); // warm-up
         measured(n, &client)
     });
-    drop(tel);
+    tel.shutdown(); // the last batch goes out
     println!("{n} {}", if on { n * 7 } else { 0 });
     let _ = up;
 }
