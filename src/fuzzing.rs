@@ -165,6 +165,19 @@ pub fn chat_stream_unfused(
     rw
 }
 
+/// A [`ResponsesStream`](crate::ResponsesStream) with the fused path (text
+/// deltas recognised by a learned template) switched off: its output must
+/// be byte-identical to the default one's.
+#[must_use]
+pub fn responses_stream_unfused(
+    sources: std::sync::Arc<crate::Sources>,
+    opts: crate::RewriteOptions,
+) -> crate::ResponsesStream {
+    let mut rw = crate::ResponsesStream::new(sources, opts);
+    rw.handler_mut().set_fused(false);
+    rw
+}
+
 /// Cut points for a split-anywhere target: each fuzzer-chosen `u16` taken
 /// modulo `len + 1`, sorted (duplicates give empty pieces, which every
 /// consumer must accept).

@@ -4,7 +4,9 @@
 //! what the reference expects (`responses_ref::check`: every block the
 //! rules do not touch byte-identical, the others equal as JSON), and the
 //! final response it writes equals the whole-body rewrite of the
-//! upstream's final response. Never panics.
+//! upstream's final response. The fused path (text deltas matched by a
+//! learned template) gives the same bytes as the general path alone.
+//! Never panics.
 #![no_main]
 
 use std::sync::Arc;
@@ -203,6 +205,13 @@ fuzz_target!(|case: Case| {
             );
         }
     }
+    let unfused =
+        || citestream::fuzzing::responses_stream_unfused(sources.clone(), o.rewrite_options());
+    let general = chat_ref::drive(&mut unfused(), &[&input]);
+    assert!(
+        general == whole,
+        "the fused path differs from the general path"
+    );
     let cuts = citestream::fuzzing::cuts(&case.cuts, input.len());
     let split = chat_ref::drive(&mut new(), &chat_ref::split_at(&input, &cuts));
     assert!(split == whole, "split at {cuts:?} differs");

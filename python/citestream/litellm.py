@@ -17,13 +17,15 @@ proxy_handler = CitestreamCallback(config_path="citestream.toml")
 What runs where (every decision is made by the Rust crates, through
 `citestream.Grounding`; this module only converts LiteLLM's objects):
 
-* `async_pre_call_hook` (chat completions and `/v1/messages`): a request
-  with a `web_search` member goes through `Grounding.prepare` on a worker
-  thread: `web_search` validated (anything but a boolean: a 400 in the
-  proxy's OpenAI error shape, `param` = `web_search`) and removed, the
-  daily quota reserved, the configured provider searched, the numbered
-  sources injected into `messages`. The request then goes upstream without
-  `web_search`. The search stays reserved until the upstream answers.
+* `async_pre_call_hook` (chat completions, `/v1/messages` and
+  `/v1/responses`): a request with a `web_search` member goes through
+  `Grounding.prepare` on a worker thread: `web_search` validated (anything
+  but a boolean: a 400 in the proxy's OpenAI error shape, `param` =
+  `web_search`) and removed, the daily quota reserved, the configured
+  provider searched, the numbered sources injected into `messages` (into
+  the question's text in `input` on `/v1/responses`). The request then
+  goes upstream without `web_search`. The search stays reserved until the
+  upstream answers.
 * Quota: the exchange in Rust (`Grounded.on_response`) commits the search
   when the upstream accepted the request (the success hook, or the
   streaming hook, which LiteLLM calls once the upstream's stream began)
@@ -42,9 +44,22 @@ What runs where (every decision is made by the Rust crates, through
   On `/v1/messages` the proxy streams the provider's native SSE bytes:
   they go through the messages rewriter as bytes (`sources` on
   `message_delta`).
+  On `/v1/responses` LiteLLM hands typed event objects (its
+  `ResponsesAPIStreamingResponse` union: `OutputTextDeltaEvent`,
+  `ResponseCompletedEvent`, ...): each is serialized as the proxy writes
+  it (`model_dump_json(exclude_none=True, exclude_unset=True)`) and fed to
+  the Responses rewriter as one event (`feed_chunk`); an output equal to
+  the input is the same object, any other (an inserted
+  `response.output_text.annotation.added`, a snapshot with our
+  annotations, the final response with `sources` / `citations`, an event
+  whose `sequence_number` moved up) becomes the event class LiteLLM itself
+  builds for that `type` (`OpenAIResponsesAPIConfig.get_event_model_class`).
+  The `model` member the proxy stamps on every event is added after the
+  hook, as for events it did not change.
 * `async_post_call_success_hook`: a whole response is serialized, rewritten
   by the core and returned as a new `ModelResponse` (a dict on
-  `/v1/messages`).
+  `/v1/messages`, a `ResponsesAPIResponse` on `/v1/responses`: serialized
+  whole, nulls included, as the proxy answers it).
 
 Config: the TOML file of `citestream serve` (docs/reference/config.md): `[search]`
 (static, searxng, perplexity, http, brave, tavily, exa, local), `[quota]`
@@ -65,18 +80,30 @@ from collections import OrderedDict
 from typing import Any, AsyncGenerator, Optional
 
 from litellm.integrations.custom_logger import CustomLogger
+from litellm.types.llms.openai import ResponsesAPIResponse
 from litellm.types.utils import ModelResponse, ModelResponseStream
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
 from . import Grounding, Grounded, RequestError
 
-__all__ = ["CitedChunk", "CitestreamCallback", "proxy_handler", "rewrite_chunk"]
+__all__ = ["CitedChunk", "CitestreamCallback", "proxy_handler", "rewrite_chunk", "rewrite_event"]
 
 # Request members the grounding reads (the rest of LiteLLM's `data` holds
 # proxy internals that are neither JSON nor the model's business).
-_MEMBERS = ("model", "messages", "web_search", "stream", "n", "stream_options", "system")
-_CHAT_CALLS = frozenset({"completion", "acompletion"})
-_MESSAGES_CALLS = frozenset({"anthropic_messages"})
+_CHAT_MEMBERS = ("model", "messages", "web_search", "stream", "n", "stream_options", "system")
+_MEMBERS = {
+    "chat": _CHAT_MEMBERS,
+    "messages": _CHAT_MEMBERS,
+    # `instructions` is never conversation nor injected into: left out.
+    "responses": ("model", "input", "web_search", "stream"),
+}
+_ENDPOINTS = {
+    "completion": "chat",
+    "acompletion": "chat",
+    "anthropic_messages": "messages",
+    "responses": "responses",
+    "aresponses": "responses",
+}
 # Plans of requests between the pre-call hook and their response; bounded
 # so requests whose response never comes (upstream error) cannot pile up.
 _MAX_PENDING = 10_000
@@ -95,15 +122,10 @@ class CitestreamCallback(CustomLogger):
 
     # ---- request side ---------------------------------------------------
     async def async_pre_call_hook(self, user_api_key_dict, cache, data: dict, call_type):
-        if call_type in _CHAT_CALLS:
-            endpoint = "chat"
-        elif call_type in _MESSAGES_CALLS:
-            endpoint = "messages"
-        else:
-            return data
-        if "web_search" not in data:
-            return data  # nothing to search, nothing to strip
-        body = json.dumps({k: data[k] for k in _MEMBERS if k in data}).encode()
+        endpoint = _ENDPOINTS.get(call_type)
+        if endpoint is None or "web_search" not in data:
+            return data  # not a grounded route, or nothing to search and strip
+        body = json.dumps({k: data[k] for k in _MEMBERS[endpoint] if k in data}).encode()
         try:
             prepared = await asyncio.to_thread(self.grounding.prepare, body, endpoint=endpoint)
         except RequestError as e:
@@ -151,6 +173,13 @@ class CitestreamCallback(CustomLogger):
             async for item in response:
                 yield item
             return
+        if prepared.endpoint == "responses":
+            async for item in response:
+                for out in rewrite_event(rewriter, item):
+                    yield out
+            for out in rewriter.finish_chunks():
+                yield _event_object(out, None)
+            return
         raw = False
         async for item in response:
             if isinstance(item, (bytes, bytearray)):
@@ -179,13 +208,17 @@ class CitestreamCallback(CustomLogger):
             raw = json.dumps(response).encode()
             out = prepared.rewrite_body(raw)
             return response if out == raw else json.loads(out)
-        if not isinstance(response, ModelResponse):
+        if isinstance(response, ResponsesAPIResponse):
+            # The proxy answers it whole, nulls included (FastAPI's encoder).
+            raw = response.model_dump_json().encode()
+        elif isinstance(response, ModelResponse):
+            raw = response.model_dump_json(exclude_none=True).encode()
+        else:
             return response
-        raw = response.model_dump_json(exclude_none=True).encode()
         out = prepared.rewrite_body(raw)
         if out == raw:
             return response
-        rewritten = ModelResponse(**json.loads(out))
+        rewritten = type(response)(**json.loads(out))
         rewritten._hidden_params = getattr(response, "_hidden_params", {})
         return rewritten
 
@@ -217,13 +250,57 @@ def rewrite_chunk(rewriter, item: Any) -> list:
     """Feeds one LiteLLM stream item to `rewriter` (its JSON, through
     `feed_chunk`) and returns the objects to yield in its place (usually
     `[item]` itself: a chunk the rewriter left unchanged)."""
-    if isinstance(item, ModelResponseStream):
+    return _feed(rewriter, item, ModelResponseStream, lambda out, _: _chunk_object(out))
+
+
+def rewrite_event(rewriter, item: Any) -> list:
+    """Feeds one `/v1/responses` stream event object to `rewriter` (its
+    JSON as the proxy writes it, through `feed_chunk`) and returns the event
+    objects to yield in its place: usually `[item]` itself; the inserted
+    `annotation.added` events before a text part's `output_text.done`; a new
+    object of LiteLLM's class for that event `type` when the rewriter
+    changed it."""
+    return _feed(rewriter, item, BaseModel, _event_object)
+
+
+def _feed(rewriter, item: Any, kind: type, build) -> list:
+    """One stream object (a `kind` model, or a dict) in as the JSON the
+    proxy writes for it; each output the rewriter gives back: `item` when
+    equal to that JSON, else `build(json, item)`."""
+    if isinstance(item, kind):
         data = item.model_dump_json(exclude_none=True, exclude_unset=True).encode()
     elif isinstance(item, dict):
         data = json.dumps(item).encode()
     else:
-        return [item]  # not a chunk we can read: passed on untouched
-    return [item if out == data else _chunk_object(out) for out in rewriter.feed_chunk(data)]
+        return [item]  # not an object we can read: passed on untouched
+    return [item if out == data else build(out, item) for out in rewriter.feed_chunk(data)]
+
+
+def _event_object(data: bytes, like: Any):
+    """The event LiteLLM would have built from this JSON: the class its
+    OpenAI Responses config picks for the `type` (validated, or, as LiteLLM
+    does when validation fails, constructed). A replacement for `like`
+    keeps its hidden params (and its response's)."""
+    from litellm.llms.openai.responses.transformation import OpenAIResponsesAPIConfig
+
+    obj = json.loads(data)
+    if not isinstance(obj, dict):
+        return obj
+    cls = OpenAIResponsesAPIConfig.get_event_model_class(event_type=str(obj.get("type")))
+    try:
+        event = cls(**obj)
+    except ValidationError:
+        event = cls.model_construct(**obj)
+    if isinstance(like, BaseModel) and getattr(like, "type", None) == obj.get("type"):
+        _keep_hidden(like, event)
+        _keep_hidden(getattr(like, "response", None), getattr(event, "response", None))
+    return event
+
+
+def _keep_hidden(src: Any, dst: Any) -> None:
+    hidden = getattr(src, "_hidden_params", None)
+    if hidden and isinstance(dst, BaseModel) and hasattr(dst, "_hidden_params"):
+        dst._hidden_params = hidden
 
 
 def _chunk_object(data: bytes):

@@ -356,15 +356,17 @@ impl Grounded {
         self.sources.as_ref().map(|s| s.clone_ref(py))
     }
 
-    /// The endpoint (`chat` or `messages`) of the plan, or `None`.
+    /// The endpoint (`chat`, `messages` or `responses`) of the plan, or
+    /// `None`.
     #[getter]
     fn endpoint(&self) -> Option<&'static str> {
         self.plan.as_ref().map(|p| p.endpoint.as_str())
     }
 
-    /// A new streaming rewriter for the response (`ChatRewriter` or
-    /// `MessagesRewriter` with the config's `[rewrite]` options and the
-    /// request's `n`), or `None` when there are no sources.
+    /// A new streaming rewriter for the response (`ChatRewriter`,
+    /// `MessagesRewriter` or `ResponsesRewriter` with the config's
+    /// `[rewrite]` options and the request's `n`), or `None` when there are
+    /// no sources.
     fn rewriter(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         match &self.plan {
             None => Ok(None),

@@ -121,9 +121,10 @@ pub trait Handler {
     /// block start) as it can, and returns the bytes they take; they then
     /// pass through unchanged, as one run of the piece, and the parser
     /// skips them. Only blocks the parser would dispatch as events with
-    /// the same data qualify: each one `data:` line without CR or LF, an
-    /// LF, a blank LF line, at most `max_event` bytes before the blank
-    /// line. The default recognises none.
+    /// the same data qualify: each one `data:` line without CR or LF
+    /// (maybe after one `event:` line without CR), an LF, a blank LF line,
+    /// at most `max_event` bytes before the blank line. The default
+    /// recognises none.
     ///
     /// `rest` may also be one event that straddles two pieces, joined
     /// (a held tail and the next piece's head, see the module docs): it
@@ -173,9 +174,12 @@ pub enum Tail {
     /// head.
     Maybe,
     /// The start of an event the fused path recognises if the next piece
-    /// completes it, one line without CR (at most an LF at its end): held,
-    /// and the handler goes on in the next piece where it stopped
-    /// ([`Handler::fast_straddle`]; when that declines, as `Maybe`).
+    /// completes it, one line without CR (at most an LF at its end; or
+    /// an `event:` line, its LF and such a line, as a Responses delta
+    /// starts): held, and the handler goes on in the next piece where it
+    /// stopped ([`Handler::fast_straddle`]; when that declines, as
+    /// `Maybe`: the joined match then ends at the first LF of the next
+    /// piece followed by the blank line's, as for one line).
     Started,
 }
 

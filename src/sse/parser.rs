@@ -369,9 +369,11 @@ impl Parser {
     /// Marks the next `n` bytes of the rest [`clean_rest`](Self::clean_rest)
     /// showed as handed out. The caller guarantees they are whole blocks
     /// that the parser would dispatch as events: each a `data:` line
-    /// without CR or LF in it, an LF, then a blank LF line, at most
+    /// without CR or LF in it (maybe after one `event:` line without CR,
+    /// with its LF), an LF, then a blank LF line, at most
     /// [`max_event_size`](Self::max_event_size) bytes before its blank
-    /// line. Such blocks change no parser state (no `id`, no `retry`), so
+    /// line. Such blocks change no parser state (no `id`, no `retry`; the
+    /// event type lasts one event), so
     /// the parser is then exactly where dispatching them would leave it.
     #[inline]
     pub(crate) fn skip(&mut self, n: usize) {

@@ -201,10 +201,12 @@ fn response_object(r: &Reply<'_>, created: u64, status: &str, output: &str, done
     } else {
         "null"
     };
+    // (`cache_write_tokens` as api.openai.com sends it and the openai SDK's
+    // `InputTokensDetails` requires it.)
     let usage = if done {
         let out = r.completion_tokens();
         format!(
-            r#"{{"input_tokens":{},"input_tokens_details":{{"cached_tokens":0}},"output_tokens":{out},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}}"#,
+            r#"{{"input_tokens":{},"input_tokens_details":{{"cache_write_tokens":0,"cached_tokens":0}},"output_tokens":{out},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}}"#,
             r.prompt_tokens,
             r.prompt_tokens.saturating_add(out)
         )

@@ -672,7 +672,24 @@ fn responses_whole_answer_is_cited() {
             assert!(marker == "[1]" || marker == "[2]", "{marker}");
         }
         assert_eq!(out["sources"].as_array().unwrap().len(), lisbon().len());
+        check_responses_usage(&v["usage"]);
     }
+}
+
+/// A Responses `usage` object has every member the openai SDK's
+/// `ResponseUsage` requires (`input_tokens_details.cache_write_tokens`
+/// too, as api.openai.com sends it), integers that add up.
+fn check_responses_usage(u: &Value) {
+    let int = |v: &Value| {
+        v.as_u64()
+            .unwrap_or_else(|| panic!("not an integer: {v} in {u}"))
+    };
+    let (input, output) = (int(&u["input_tokens"]), int(&u["output_tokens"]));
+    assert!(input > 0 && output > 0, "{u}");
+    assert_eq!(int(&u["total_tokens"]), input + output, "{u}");
+    int(&u["input_tokens_details"]["cached_tokens"]);
+    int(&u["input_tokens_details"]["cache_write_tokens"]);
+    int(&u["output_tokens_details"]["reasoning_tokens"]);
 }
 
 /// `/v1/responses`, streamed: the real event sequence with consecutive
@@ -738,6 +755,7 @@ fn responses_stream_has_the_real_event_sequence() {
     );
     let ann = &last["response"]["output"][0]["content"][0]["annotations"];
     assert_eq!(ann.as_array().unwrap().len(), 2);
+    check_responses_usage(&last["response"]["usage"]);
 }
 
 /// (event type, data) of every event in one buffer.

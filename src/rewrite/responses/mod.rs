@@ -14,8 +14,12 @@
 //!
 //! Events are forwarded as they arrive; content is never held back. Per
 //! event the rewriter reads the data's top-level `type`,
-//! `sequence_number`, `output_index`, `content_index`, `item_id`, `delta`
-//! and `annotation_index`. Then:
+//! `sequence_number`, `output_index`, `content_index`, `item_id`, `delta`,
+//! `obfuscation` and `annotation_index`; a text delta shaped like the
+//! part's last one (the same bytes but its `delta`, `obfuscation` and
+//! `sequence_number`) is recognised by a learned template instead, in
+//! the input piece before the SSE parser sees it, with the same output
+//! (`fused.rs`). Then:
 //!
 //! * before each part's `response.output_text.done`, when its text has
 //!   markers, one `response.output_text.annotation.added` event per marker
@@ -63,6 +67,10 @@
 //! # Files
 //!
 //! * `mod.rs` (here): [`ResponsesHandler`], what the stream does per event;
+//! * `fused.rs`: the fused path of the text deltas (a learned template of
+//!   the `response.output_text.delta` event, matched in the input pieces
+//!   before the SSE parser; the same output), and `fused_tests.rs`, its
+//!   differential tests against the general path;
 //! * `snapshot.rs`: the splices into a part, an item, `output`, the
 //!   response object (shared by the snapshot events and whole bodies), and
 //!   [`rewrite_body`].
@@ -76,11 +84,14 @@ use bytes::{Bytes, BytesMut};
 use crate::cite::{Marker, MarkerTracker};
 use crate::json::{self, Cursor, Invalid, ObjectWalker, Splice};
 use crate::rewrite::RewriteOptions;
-use crate::rewrite::additions::{cited_set, splice_event};
-use crate::rewrite::driver::{Handler, Out, SseRewriter};
+use crate::rewrite::additions::{annotations_len, cited_set, splice_event};
+use crate::rewrite::driver::{Handler, Out, SseRewriter, Tail};
 use crate::sources::{AnnotationShape, Sources, decimal};
 use crate::sse::{FrameKind, FrameRef, Parser};
 
+mod fused;
+#[cfg(test)]
+mod fused_tests;
 mod snapshot;
 
 pub use snapshot::rewrite_body;
@@ -159,6 +170,8 @@ pub struct ResponsesHandler {
     /// Where raised sequence numbers are written, split off as `Bytes`
     /// (an allocation only when its capacity runs out).
     digits: BytesMut,
+    /// The fused path's template and state (`fused.rs`).
+    fused: fused::Fused,
     out: Out,
 }
 
@@ -181,6 +194,7 @@ impl ResponsesStream {
                 shift: 0,
                 done: false,
                 digits: BytesMut::new(),
+                fused: fused::Fused::default(),
                 out: Out::default(),
             },
         )
@@ -215,6 +229,8 @@ struct Scan {
     item_id: Option<Span>,
     /// The `delta` string's raw body.
     delta: Option<Span>,
+    /// The `obfuscation` string's span (quotes included).
+    obfuscation: Option<Span>,
     annotation_index: Option<Span>,
     /// Where the `part`, `item`, `response` object values start.
     part: Option<u32>,
@@ -250,6 +266,7 @@ impl Scan {
             b"output_index" => self.output_index = Some(Span::of(v)),
             b"content_index" => self.content_index = Some(Span::of(v)),
             b"item_id" if first == b'"' => self.item_id = Some(Span::of(v)),
+            b"obfuscation" if first == b'"' => self.obfuscation = Some(Span::of(v)),
             b"annotation_index" => self.annotation_index = Some(Span::of(v)),
             b"part" if first == b'{' => self.part = Some(at),
             b"item" if first == b'{' => self.item = Some(at),
@@ -372,10 +389,15 @@ impl PartMarkers for Recorded<'_> {
 
 impl Handler for ResponsesHandler {
     const NAME: &'static str = "ResponsesStream";
+    const FUSED: bool = true;
 
     #[inline]
     fn handle(&mut self, f: &FrameRef<'_>) {
         if f.kind() != FrameKind::Event || self.sources.is_empty() {
+            return self.out.pass(f);
+        }
+        // A delta shaped like the learned one: no JSON read.
+        if self.template_hit(f.raw()) {
             return self.out.pass(f);
         }
         let mut sc = Scan::default();
@@ -395,6 +417,23 @@ impl Handler for ResponsesHandler {
         self.done
     }
 
+    // Inlined into both callers in the driver (the piece's rest, a
+    // straddling event).
+    #[inline(always)]
+    fn fast_events(&mut self, rest: &[u8], max_event: usize) -> usize {
+        self.fused_events(rest, max_event)
+    }
+
+    #[inline]
+    fn fast_tail(&mut self, tail: &[u8]) -> Tail {
+        self.fused_tail(tail)
+    }
+
+    #[inline]
+    fn fast_straddle(&mut self, tail: &[u8], head: &[u8], limit: usize) -> usize {
+        self.fused_straddle(tail, head, limit)
+    }
+
     fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
         d.field("parts", &self.parts.len())
             .field("shift", &self.shift)
@@ -409,6 +448,9 @@ impl ResponsesHandler {
                 if let (Some(k), Some(r)) = (self.part(f.data(), sc), sc.delta) {
                     if let Some(t) = self.parts[k].tracker.as_mut() {
                         t.push_json(&f.data()[r.range()]);
+                        // (A part still open: later deltas like this one
+                        // take the fused path.)
+                        self.learn(f, sc, k);
                     }
                 }
                 self.emit(f, sc, None);
@@ -481,7 +523,12 @@ impl ResponsesHandler {
         let d = f.data();
         let p = &self.parts[k];
         let event_line = f.event_field().is_some();
-        let mut out = Vec::with_capacity(p.markers.len() * 400);
+        // (Sized once: the fixed members of one event at their longest,
+        // the item id, and the annotations themselves.)
+        let id = sc.item_id.map_or(0, |r| r.range().len());
+        let shape = AnnotationShape::Flat;
+        let size = annotations_len(shape, &self.sources, &p.markers);
+        let mut out = Vec::with_capacity(p.markers.len() * (280 + id) + size);
         let mut buf = [0u8; 20];
         for (n, m) in p.markers.iter().enumerate() {
             if event_line {

@@ -13,7 +13,8 @@ use crate::cite::{Marker, MarkerTracker, OffsetUnit};
 use crate::json::{self, ArrayWalker, Field, Invalid, ObjectWalker, Splice};
 use crate::rewrite::RewriteOptions;
 use crate::rewrite::additions::{
-    Existing, add_top_level, cited_set, push_annotations, splice_annotations, whole_body,
+    Existing, add_top_level, annotations_len, cited_set, push_annotations, splice_annotations,
+    whole_body,
 };
 use crate::sources::{AnnotationShape, Sources};
 
@@ -63,8 +64,10 @@ impl<P: PartMarkers> Ctx<'_, P> {
             let text = text.map(|r: Range<usize>| &b[r]);
             let markers = self.markers.markers(o, i, text);
             if !markers.is_empty() && self.opts.dialect.sources {
-                let mut ours = Vec::new();
-                push_annotations(AnnotationShape::Flat, &mut ours, self.sources, markers);
+                // (Sized once: a long answer's array is not grown copy by copy.)
+                let shape = AnnotationShape::Flat;
+                let mut ours = Vec::with_capacity(annotations_len(shape, self.sources, markers));
+                push_annotations(shape, &mut ours, self.sources, markers);
                 let close = (w.close(), w.has_members());
                 splice_annotations(b, &mut self.sp, &ours, annotations.as_ref(), close);
             }

@@ -17,9 +17,10 @@ Contract
   metrics port, `metrics()` the text of its `/metrics`. `stop()` (SIGTERM, then SIGKILL) and `kill()`
   (SIGKILL at once, for the broken-processor tests) act by pid.
 * `Envoy.start(processor=, upstream=, mode=, failure_mode_allow=,
-  transform=)`: Envoy on that config (`transform`, a function of the YAML
-  text, for benchmarks that change more) (`--disable-hot-restart`,
-  so several run side by side); waits until the admin `/ready` answers 200;
+  transform=, concurrency=)`: Envoy on that config (`transform`, a function
+  of the YAML text, for benchmarks that change more; `concurrency`, its
+  worker threads, 2 unless asked) (`--disable-hot-restart`, so several run
+  side by side); waits until the admin `/ready` answers 200;
   `url` is the listener. `stop()` by pid.
 """
 
@@ -161,7 +162,7 @@ class Envoy(_Proc):
 
     @classmethod
     def start(cls, *, processor: int, upstream: int, mode: str = STREAMED, failure_mode_allow: bool = False,
-              transform=None, timeout: float = 60.0) -> "Envoy":
+              transform=None, timeout: float = 60.0, concurrency: int = 2) -> "Envoy":
         # `free_port` closes its socket before Envoy binds the port, so
         # another process (any outgoing connection takes its local port from
         # the same ephemeral range) can take it in between: Envoy then exits
@@ -170,7 +171,7 @@ class Envoy(_Proc):
             try:
                 return cls._start_once(processor=processor, upstream=upstream, mode=mode,
                                        failure_mode_allow=failure_mode_allow, transform=transform,
-                                       timeout=timeout)
+                                       timeout=timeout, concurrency=concurrency)
             except _PortTaken:
                 if attempt == 4:
                     raise
@@ -178,7 +179,7 @@ class Envoy(_Proc):
 
     @classmethod
     def _start_once(cls, *, processor: int, upstream: int, mode: str, failure_mode_allow: bool,
-                    transform, timeout: float) -> "Envoy":
+                    transform, timeout: float, concurrency: int) -> "Envoy":
         listen, admin = free_port(), free_port()
         text = envoy_config(listen=listen, admin=admin, processor=processor, upstream=upstream, mode=mode,
                             failure_mode_allow=failure_mode_allow)
@@ -187,7 +188,7 @@ class Envoy(_Proc):
         tmp = Path(tempfile.mkdtemp(prefix="citestream-envoy-"))
         (tmp / "envoy.yaml").write_text(text)
         proc, tmp = _spawn([envoy_bin(), "-c", str(tmp / "envoy.yaml"), "--disable-hot-restart",
-                            "--log-level", "warn", "--concurrency", "2"], "citestream-envoy-")
+                            "--log-level", "warn", "--concurrency", str(concurrency)], "citestream-envoy-")
         e = cls(proc, listen, tmp)
         e.admin = admin
         deadline = time.monotonic() + timeout

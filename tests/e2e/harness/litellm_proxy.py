@@ -2,8 +2,9 @@
 the citestream callback, in front of the loopback replay upstream.
 
 Contract
-* `LiteLLMProxy.start(tmp, replay_url, citestream_toml, callback=True)`
-  writes a `config.yaml` (one model per name in `MODELS`, `openai/replay:NAME`
+* `LiteLLMProxy.start(tmp, replay_url, citestream_toml, callback=True,
+  models=None)` writes a `config.yaml` (one model per name in `MODELS` and
+  in `models`, the same shape, `openai/replay:NAME`
   at `replay_url/v1`; with `callback`, `litellm_settings.callbacks:
   citestream.litellm.proxy_handler`) and the citestream TOML, starts
   `litellm --config ... --host 127.0.0.1 --port PORT` from this virtualenv
@@ -45,9 +46,9 @@ MODELS = {
 }
 
 
-def _yaml(replay_url: str, callback: bool) -> str:
+def _yaml(replay_url: str, callback: bool, models: dict) -> str:
     lines = ["model_list:"]
-    for name, (provider, body) in MODELS.items():
+    for name, (provider, body) in models.items():
         base = f"{replay_url}/v1" if provider == "openai" else replay_url
         lines += [
             f"  - model_name: {name}",
@@ -69,9 +70,9 @@ class LiteLLMProxy:
 
     @classmethod
     def start(cls, tmp: Path, replay_url: str, citestream_toml: dict | None, *, callback: bool = True,
-              env: dict | None = None, timeout: float = 90.0) -> "LiteLLMProxy":
+              env: dict | None = None, timeout: float = 90.0, models: dict | None = None) -> "LiteLLMProxy":
         tmp.mkdir(parents=True, exist_ok=True)
-        (tmp / "config.yaml").write_text(_yaml(replay_url, callback))
+        (tmp / "config.yaml").write_text(_yaml(replay_url, callback, {**MODELS, **(models or {})}))
         full_env = {
             **os.environ,
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
