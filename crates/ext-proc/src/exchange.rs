@@ -33,10 +33,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use citestream_host::telemetry;
-use tracing::Instrument;
 use citestream_host::exchange::{BodyError, Exchange, Handling, RequestHead};
 use citestream_host::grounding::Grounding;
+use citestream_host::telemetry;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
     BodySendMode, HeaderSendMode,
@@ -45,6 +44,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
+use tracing::Instrument;
 
 use crate::proto::{self, Chunk, Headers};
 use crate::response::{self, BodyMode};
@@ -191,7 +191,11 @@ impl Session {
             return immediate(trace, r, "citestream_request_too_large");
         }
         let original = Bytes::from(b.body);
-        match ex.on_request(Some(original.clone())).instrument(trace.clone()).await {
+        match ex
+            .on_request(Some(original.clone()))
+            .instrument(trace.clone())
+            .await
+        {
             Err(r) => immediate(trace, r, "citestream_invalid_request"),
             Ok(f) => {
                 let chunk = match f.body {

@@ -109,7 +109,8 @@ fn collector() -> std::net::SocketAddr {
                     }
                     let mut body = vec![0; len];
                     if r.read_exact(&mut body).is_err()
-                        || w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err()
+                        || w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                            .is_err()
                     {
                         return;
                     }
@@ -134,11 +135,11 @@ fn main() {
     } else {
         String::new()
     };
-    let cfg = Config::from_toml_with_env(
-        &format!("[log]\notlp_endpoint = \"{endpoint}\"\n"),
-        &|_| None,
-    )
-    .expect("config");
+    let cfg =
+        Config::from_toml_with_env(&format!("[log]\notlp_endpoint = \"{endpoint}\"\n"), &|_| {
+            None
+        })
+        .expect("config");
     let (sub, tel) = telemetry::subscriber(&cfg.log, None, std::io::sink).expect("subscriber");
     let mut client = http::HeaderMap::new();
     client.insert(

@@ -69,7 +69,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
@@ -452,13 +454,14 @@ where
             // without growing.
             text: String::with_capacity(96),
         };
-        if let Some(p) = &parent {
-            if let Some(pr) = p.extensions().get::<SpanRecord>() {
-                rec.trace_id = pr.trace_id;
-                rec.parent_id = pr.span_id;
-                rec.sampled = pr.sampled;
-                rec.trace_state.clone_from(&pr.trace_state);
-            }
+        let inherited = parent.as_ref().and_then(|p| {
+            let ext = p.extensions();
+            let pr = ext.get::<SpanRecord>()?;
+            Some((pr.trace_id, pr.span_id, pr.sampled, pr.trace_state.clone()))
+        });
+        if let Some((trace_id, parent_id, sampled, state)) = inherited {
+            (rec.trace_id, rec.parent_id, rec.sampled) = (trace_id, parent_id, sampled);
+            rec.trace_state = state;
         }
         if rec.trace_id == 0 {
             rec.trace_id = u128::from(nonzero_random()) << 64 | u128::from(random());
@@ -468,10 +471,11 @@ where
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(id) {
-            if let Some(rec) = span.extensions_mut().get_mut::<SpanRecord>() {
-                values.record(&mut Fields(rec));
-            }
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        if let Some(rec) = span.extensions_mut().get_mut::<SpanRecord>() {
+            values.record(&mut Fields(rec));
         }
     }
 
@@ -834,7 +838,12 @@ mod tests {
             b"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
             b"",
         ] {
-            assert_eq!(parse_traceparent(bad), None, "{}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                parse_traceparent(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

@@ -727,12 +727,11 @@ impl Exchange {
         if self.input_ended {
             return;
         }
-        if !piece.is_empty() || end {
-            if let Some(u) = self.upstream_span.take() {
-                if !piece.is_empty() {
-                    u.first_byte();
-                }
-            }
+        // The first body byte (or the end of an empty body) ends the
+        // upstream span.
+        let span = self.upstream_span.take_if(|_| !piece.is_empty() || end);
+        if let (Some(u), false) = (span, piece.is_empty()) {
+            u.first_byte();
         }
         self.input_ended = end;
         if let Some(inf) = &mut self.inflate {
