@@ -17,10 +17,17 @@
 //! opens, with their fields, the way it does (a server span continuing a
 //! client's `traceparent`, the trace context written into the upstream's
 //! headers, futures polled more than once), so the instruction count per
-//! request is the tracing cost per request. Prints `requests spans`.
+//! request is the tracing cost per request (the spans are given the
+//! target `citestream_host`: spans of other crates are not exported, so
+//! not recorded). Prints `requests spans`.
+
+#[path = "../tests/support/otlp.rs"]
+mod otlp;
 
 use citestream_host::config::Config;
-use citestream_host::telemetry;
+use citestream_host::exchange::HeaderEdits;
+use citestream_host::telemetry::{self, UpstreamSpan};
+use otlp::{Collector, Mode};
 
 /// One request's spans (see the module docs).
 #[inline(never)]
@@ -28,16 +35,17 @@ fn request(client: &http::HeaderMap, up: &mut http::HeaderMap) {
     let req = telemetry::request_span("POST", "/v1/chat/completions", client);
     {
         let _r = req.enter();
-        let auth = tracing::info_span!("auth", citestream.account = tracing::field::Empty);
+        let auth = tracing::info_span!(target: "citestream_host", "auth", citestream.account = tracing::field::Empty);
         auth.in_scope(|| {});
         auth.record("citestream.account", "acct-0042");
         drop(auth);
-        let reserve = tracing::info_span!("quota.reserve", citestream.account = "acct-0042");
+        let reserve = tracing::info_span!(target: "citestream_host", "quota.reserve", citestream.account = "acct-0042");
         for _ in 0..2 {
             let _p = reserve.enter(); // two polls
         }
         drop(reserve);
         let search = tracing::info_span!(
+            target: "citestream_host",
             "search",
             citestream.provider = "static",
             citestream.results = tracing::field::Empty,
@@ -49,23 +57,19 @@ fn request(client: &http::HeaderMap, up: &mut http::HeaderMap) {
         search.record("citestream.cache", "miss");
         search.record("citestream.results", 3_usize);
         drop(search);
-        let upstream = tracing::info_span!(
-            "upstream",
-            otel.kind = "client",
-            http.response.status_code = tracing::field::Empty,
-            citestream.headers_ms = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        );
-        telemetry::inject_trace(&upstream, up);
-        for _ in 0..3 {
-            let _p = upstream.enter();
+        // As the exchange opens it: its traceparent into the edits.
+        let mut edits = HeaderEdits::default();
+        let upstream = UpstreamSpan::open(&mut edits);
+        edits.apply(up);
+        if let Some(u) = &upstream {
+            u.headers(200);
         }
-        upstream.record("citestream.headers_ms", 1.25_f64);
-        telemetry::record_status(&upstream, 200);
-        drop(upstream);
-        let response = tracing::info_span!("response");
+        if let Some(u) = upstream {
+            u.first_byte();
+        }
+        let response = tracing::info_span!(target: "citestream_host", "response");
         let _p = response.enter();
-        let commit = tracing::info_span!("quota.commit");
+        let commit = tracing::info_span!(target: "citestream_host", "quota.commit");
         for _ in 0..2 {
             let _c = commit.enter();
         }
@@ -83,44 +87,6 @@ fn measured(n: usize, client: &http::HeaderMap) -> usize {
     up.len()
 }
 
-/// A loopback collector that reads every export and answers 200.
-fn collector() -> std::net::SocketAddr {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for conn in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut w = conn.try_clone().expect("clone");
-                let mut r = BufReader::new(conn);
-                loop {
-                    let mut len = 0;
-                    loop {
-                        let mut line = String::new();
-                        if r.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if r.read_exact(&mut body).is_err()
-                        || w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                            .is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let on = match args.first().map(String::as_str) {
@@ -131,7 +97,7 @@ fn main() {
     let n: usize = args.get(1).map_or(500, |s| s.parse().expect("REQUESTS"));
     assert!(n <= 500, "at most 500 requests (the export queue)");
     let endpoint = if on {
-        format!("http://{}", collector())
+        Collector::start(Mode::Answer).endpoint()
     } else {
         String::new()
     };
