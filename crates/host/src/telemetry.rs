@@ -35,16 +35,17 @@
 //!   through as they came).
 //!
 //! # Spans
-//! One trace per request, opened by the host around the exchange; every
-//! span below is a child of `request` (unless said otherwise):
+//! One trace per request, opened by the host around the exchange (both
+//! hosts, the same spans; docs/gateway.md "Traces" is the operator's
+//! list); every span below is a child of `request` unless said otherwise:
 //!
 //! | span | fields |
 //! |---|---|
-//! | `request` ([`request_span`]) | `http.request.method`, `url.path`, `http.response.status_code`, `citestream.endpoint`, `citestream.search`, `citestream.request_id` |
+//! | `request` ([`request_span`], a server span) | `http.request.method`, `url.path`, `http.response.status_code`, `citestream.search` ([`record_reply`]) |
 //! | `auth` | `citestream.account` |
 //! | `quota.reserve` | `citestream.account` |
-//! | `search` | `citestream.provider`, `citestream.results` |
-//! | `upstream` | `http.response.status_code`, `citestream.headers_ms` (to the response head) |
+//! | `search` | `citestream.provider`, `citestream.results`, `citestream.cache` |
+//! | `upstream` ([`UpstreamSpan`], a client span, opened by the exchange) | `http.response.status_code`, `citestream.headers_ms` (to the response head), `citestream.first_byte_ms` (to the first body byte, where it ends) |
 //! | `response` | the response head (and a whole body's rewrite); its child `quota.commit` (2xx) or `quota.release` settles the reservation |
 //!
 //! # Example
