@@ -7,7 +7,6 @@
 
 #[path = "../../host/tests/support/otlp.rs"]
 mod otlp;
-#[path = "support/serve.rs"]
 mod serve_support;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 use citestream_host::telemetry;
 
-use crate::body::{AnyBody, Exchanged, full};
+use crate::body::{AnyBody, Exchanged, Flushes, full};
 use crate::upstream::{OutBody, Upstream, UpstreamFailure, json_response};
 
 /// What every request shares.
@@ -53,6 +53,7 @@ pub(crate) async fn handle(
     state: Arc<State>,
     req: Request<Incoming>,
     client: Option<SocketAddr>,
+    flushes: Arc<Flushes>,
 ) -> Result<Response<AnyBody>, Infallible> {
     if let Some(r) = probe(&state, &req) {
         tracing::debug!(
@@ -65,7 +66,9 @@ pub(crate) async fn handle(
         return Ok(r);
     }
     let span = telemetry::request_span(req.method().as_str(), req.uri().path(), req.headers());
-    let resp = exchange(state, req, client).instrument(span.clone()).await;
+    let resp = exchange(state, req, client, flushes)
+        .instrument(span.clone())
+        .await;
     let search = resp.headers().get("x-citestream-search");
     telemetry::record_reply(&span, resp.status().as_u16(), search);
     Ok(resp)
@@ -76,8 +79,11 @@ async fn exchange(
     state: Arc<State>,
     req: Request<Incoming>,
     client: Option<SocketAddr>,
+    flushes: Arc<Flushes>,
 ) -> Response<AnyBody> {
     let (parts, body) = req.into_parts();
+    // Only HTTP/1 waits for flushes (see `Flushes`).
+    let flushes = (parts.version < http::Version::HTTP_2).then_some(flushes);
     let path = parts
         .uri
         .path_and_query()
@@ -127,7 +133,7 @@ async fn exchange(
             return reply(ex.on_error(class, &detail).await);
         }
     };
-    respond(ex, resp)
+    respond(ex, resp, flushes)
         .instrument(tracing::info_span!("response"))
         .await
 }
@@ -201,7 +207,11 @@ fn failure_class(f: UpstreamFailure) -> (FailureClass, String) {
 }
 
 /// The upstream's response, as the exchange decides.
-async fn respond(mut ex: Exchange, resp: Response<AnyBody>) -> Response<AnyBody> {
+async fn respond(
+    mut ex: Exchange,
+    resp: Response<AnyBody>,
+    flushes: Option<Arc<Flushes>>,
+) -> Response<AnyBody> {
     let (mut parts, mut body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let head = ex
@@ -210,7 +220,7 @@ async fn respond(mut ex: Exchange, resp: Response<AnyBody>) -> Response<AnyBody>
     head.edits.apply(&mut parts.headers);
     if head.body != BodyPlan::Whole {
         let trailers = head.body == BodyPlan::Pass;
-        return Response::from_parts(parts, Exchanged::new(body, ex, trailers).boxed());
+        return Response::from_parts(parts, Exchanged::new(body, ex, trailers, flushes).boxed());
     }
     // A whole body: read until the exchange has output.
     let mut ended = false;
@@ -241,7 +251,7 @@ async fn respond(mut ex: Exchange, resp: Response<AnyBody>) -> Response<AnyBody>
         };
         if !ended {
             // Over the cap: the rest passes through the exchange.
-            let rest = Exchanged::new(body, ex, false).after(first);
+            let rest = Exchanged::new(body, ex, false, flushes).after(first);
             return Response::from_parts(parts, rest.boxed());
         }
         // The whole rewritten body (one piece, or a few when it was passed

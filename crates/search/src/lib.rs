@@ -58,16 +58,18 @@ mod provider;
 pub mod query;
 mod remote;
 mod search;
+mod setup;
 mod static_file;
 
 pub use citestream::request::SearchQuery;
 pub use citestream::sources::Source;
 
 pub use config::{
-    EndpointConfig, LocalConfig, PathConfig, ProviderKind, QueryMode, QueryModelConfig,
-    SearchConfig, SearxngConfig,
+    DEFAULT_URL_BASE, EndpointConfig, LocalConfig, PathConfig, ProviderKind, QueryMode,
+    QueryModelConfig, SearchConfig, SearxngConfig,
 };
-pub use local::{DEFAULT_URL_BASE, LocalIndex};
+pub use local::LocalIndex;
 pub use provider::{BoxFuture, Provider, SearchError, SearchErrorKind};
 pub use query::{Formation, FormedQuery};
-pub use search::{Search, SetupError};
+pub use search::Search;
+pub use setup::SetupError;

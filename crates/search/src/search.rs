@@ -9,14 +9,14 @@
 //! `error`). [`Search::search`] is the two in a row, for hosts that do not
 //! log the formed query.
 
-use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
 use crate::config::{ProviderKind, QueryMode, SearchConfig};
 use crate::local::LocalIndex;
 use crate::query::{self, FormedQuery, QueryModel};
-use crate::remote::{self, Remote};
+use crate::remote::Remote;
+use crate::setup::SetupError;
 use crate::static_file::StaticFile;
 use crate::{Provider, SearchError, SearchErrorKind, SearchQuery, Source, adapt};
 
@@ -34,29 +34,6 @@ pub struct Search {
     query_timeout: Duration,
     query_model: Option<QueryModel>,
 }
-
-/// A configuration the search cannot start with (a missing file, an empty
-/// folder, a missing URL or key). The message names the key and the value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetupError {
-    message: String,
-}
-
-impl SetupError {
-    pub(crate) fn new(message: impl Into<String>) -> Self {
-        SetupError {
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for SetupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for SetupError {}
 
 impl Search {
     /// Builds the provider `config.provider` names.
@@ -235,25 +212,4 @@ impl Search {
             }
         }
     }
-}
-
-/// The URL a remote provider uses: `configured`, or `default` when empty.
-pub(crate) fn endpoint_url(
-    kind: ProviderKind,
-    configured: &str,
-    default: &str,
-) -> Result<String, SetupError> {
-    let url = if configured.is_empty() {
-        default
-    } else {
-        configured
-    };
-    if url.is_empty() {
-        return Err(SetupError::new(format!(
-            "search.{kind}.url is required for provider \"{kind}\""
-        )));
-    }
-    remote::check_url(url)
-        .map_err(|e| SetupError::new(format!("search.{kind}.url = {url:?}: {e}")))?;
-    Ok(url.to_owned())
 }

@@ -125,17 +125,19 @@ use tracing::Instrument;
 
 use bytes::{Bytes, BytesMut};
 use citestream::flow::{Outcome, ResponsePlan};
+use citestream::quota::Reservation;
 use citestream::request::Endpoint;
 use citestream::{Rewriter, StreamRewriter};
 use http::Method;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use crate::config::{AuthMode, Config};
 use crate::errors::{ErrorReply, ErrorShape};
-use crate::grounding::{Grounding, PendingSearch};
+use crate::grounding::Grounding;
 use crate::metrics::{OpenStream, SearchLabel, UpstreamError};
+use crate::store::Store;
 use crate::telemetry::UpstreamSpan;
 
+pub use crate::grounding::key_warning;
 pub use edits::HeaderEdits;
 pub use record::Ending;
 
@@ -269,22 +271,6 @@ impl fmt::Display for BodyError {
 
 impl std::error::Error for BodyError {}
 
-/// The start-up warning for `open` mode with an upstream key on an address
-/// other hosts can reach, if `cfg` deserves it.
-#[must_use]
-pub fn key_warning(cfg: &Config) -> Option<String> {
-    let ip = cfg.server.listen.ip();
-    (cfg.auth.mode == AuthMode::Open && !cfg.upstream.api_key.is_empty() && !ip.is_loopback()).then(
-        || {
-            format!(
-                "auth.mode = \"open\" with upstream.api_key set, listening on {}: \
-                 anyone who can reach it spends that key (use auth.mode = \"keys\")",
-                cfg.server.listen
-            )
-        },
-    )
-}
-
 /// The response body's state.
 enum Sink {
     Pass,
@@ -307,7 +293,7 @@ pub struct Exchange {
     outcome: Option<Outcome>,
     plan: Option<ResponsePlan>,
     remaining: Option<u32>,
-    pending: Option<PendingSearch>,
+    pending: Option<Reservation<Store>>,
     account: String,
     model: Option<String>,
     stream: bool,
@@ -580,9 +566,10 @@ impl Exchange {
             Ok(g) => g,
             Err(e) => return Err(self.reject(&e)),
         };
-        self.outcome = Some(g.outcome);
+        let p = g.prepared;
+        self.outcome = Some(p.outcome);
         self.remaining = g.remaining;
-        self.pending = g.pending;
+        self.pending = p.reservation;
         self.account = g.account;
         self.model = g.model;
         self.stream = g.stream;
@@ -591,18 +578,18 @@ impl Exchange {
         self.cache = g.cache;
         let mut edits = HeaderEdits::default();
         self.upstream_edits(&mut edits);
-        edits.set(header::CONTENT_LENGTH, HeaderValue::from(g.body.len()));
-        if g.plan.is_some() {
+        edits.set(header::CONTENT_LENGTH, HeaderValue::from(p.body.len()));
+        if p.plan.is_some() {
             edits.set(
                 header::ACCEPT_ENCODING,
                 HeaderValue::from_static("identity"),
             );
         }
-        self.plan = g.plan;
+        self.plan = p.plan;
         self.sent_at = Some(Instant::now());
         self.upstream_span = UpstreamSpan::open(&mut edits);
         Ok(Forward {
-            body: Some(g.body),
+            body: Some(p.body),
             edits,
         })
     }

@@ -90,7 +90,7 @@ impl QueryModel {
                 )));
             }
         }
-        crate::remote::check_url(&config.base_url).map_err(|e| {
+        crate::setup::check_url(&config.base_url).map_err(|e| {
             SetupError::new(format!(
                 "search.query_model.base_url = {:?}: {e}",
                 config.base_url

@@ -15,10 +15,8 @@ use std::sync::Arc;
 use reqwest::{RequestBuilder, StatusCode};
 
 use crate::config::{ProviderKind, SearchConfig};
-use crate::search::endpoint_url;
-use crate::{
-    BoxFuture, FormedQuery, Provider, SearchError, SearchErrorKind, SetupError, Source, adapt,
-};
+use crate::setup::{SetupError, endpoint_url};
+use crate::{BoxFuture, FormedQuery, Provider, SearchError, SearchErrorKind, Source, adapt};
 
 /// The largest answer read from a provider: 8 MiB.
 pub(crate) const MAX_BODY: usize = 8 << 20;
@@ -134,15 +132,6 @@ impl Provider for Remote {
         max_results: usize,
     ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>> {
         Box::pin(self.run(query, max_results))
-    }
-}
-
-/// Checks that `url` is an absolute `http`/`https` URL.
-pub(crate) fn check_url(url: &str) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
-    match parsed.scheme() {
-        "http" | "https" => Ok(()),
-        s => Err(format!("scheme {s:?} is not http or https")),
     }
 }
 
