@@ -69,14 +69,8 @@ pub(crate) async fn handle(
     let resp = exchange(state, req, client, flushes)
         .instrument(span.clone())
         .await;
-    telemetry::record_status(&span, resp.status().as_u16());
-    if let Some(v) = resp
-        .headers()
-        .get("x-citestream-search")
-        .and_then(|v| v.to_str().ok())
-    {
-        span.record("citestream.search", v);
-    }
+    let search = resp.headers().get("x-citestream-search");
+    telemetry::record_reply(&span, resp.status().as_u16(), search);
     Ok(resp)
 }
 
@@ -130,29 +124,8 @@ async fn exchange(
     let mut up = Request::new(up_body);
     *up.method_mut() = method;
     *up.uri_mut() = uri;
-    *up.headers_mut() = headers;
-    let upstream = tracing::info_span!(
-        "upstream",
-        otel.kind = "client",
-        http.response.status_code = tracing::field::Empty,
-        citestream.headers_ms = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    );
-    telemetry::inject_trace(&upstream, up.headers_mut());
-    let t0 = std::time::Instant::now();
-    let sent = state
-        .upstream
-        .send(ex.endpoint(), up)
-        .instrument(upstream.clone())
-        .await;
-    upstream.record("citestream.headers_ms", t0.elapsed().as_secs_f64() * 1000.0);
-    match &sent {
-        Ok(r) => telemetry::record_status(&upstream, r.status().as_u16()),
-        Err(_) => {
-            upstream.record("otel.status_code", "ERROR");
-        }
-    }
-    drop(upstream);
+    *up.headers_mut() = headers; // with the exchange's `traceparent` (its upstream span)
+    let sent = state.upstream.send(ex.endpoint(), up).await;
     let resp = match sent {
         Ok(r) => r,
         Err(f) => {

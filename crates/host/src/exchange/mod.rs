@@ -56,6 +56,14 @@
 //!   output is ready as soon as the rewriter has it. Memory: what the core
 //!   rewriter holds, a whole body up to the cap, and at most
 //!   [`inflate::INPUT_STEP`] compressed bytes inflated at a time.
+//! * **Trace** (traces on, see `crate::telemetry`): the `upstream` span
+//!   ([`UpstreamSpan`]) opens in [`Exchange::on_request`] as the request
+//!   goes upstream, a child of the host's current span (its `request`),
+//!   and `traceparent` (with the client's `tracestate`) naming it goes into
+//!   [`Forward::edits`], so the model server sees it as the parent; the
+//!   response head records its status and time, the first byte of the
+//!   response body its time and ends it (an empty body ends it too); a
+//!   failure, before the head or in the body, ends it as an error.
 //! * **Failures** ([`Exchange::on_error`]): a 502 (refused, TLS, broken)
 //!   or 504 (timeout) in the endpoint's error shape whose message names the
 //!   class only; the detail goes to the log.
@@ -127,6 +135,7 @@ use crate::errors::{ErrorReply, ErrorShape};
 use crate::grounding::Grounding;
 use crate::metrics::{OpenStream, SearchLabel, UpstreamError};
 use crate::store::Store;
+use crate::telemetry::UpstreamSpan;
 
 pub use crate::grounding::key_warning;
 pub use edits::HeaderEdits;
@@ -293,6 +302,7 @@ pub struct Exchange {
     cache: crate::cache::CacheResult,
     sent_at: Option<Instant>,
     upstream_time: Option<Duration>,
+    upstream_span: Option<UpstreamSpan>,
     // Response side.
     status: Option<u16>,
     sink: Sink,
@@ -359,6 +369,7 @@ impl Exchange {
             cache: crate::cache::CacheResult::Off,
             sent_at: None,
             upstream_time: None,
+            upstream_span: None,
             status: None,
             sink: Sink::Pass,
             inflate: None,
@@ -545,6 +556,7 @@ impl Exchange {
                 let mut edits = HeaderEdits::default();
                 self.upstream_edits(&mut edits);
                 self.sent_at = Some(Instant::now());
+                self.upstream_span = UpstreamSpan::open(&mut edits);
                 return Ok(Forward { body: None, edits });
             }
             Handling::Grounded(e) => e,
@@ -575,6 +587,7 @@ impl Exchange {
         }
         self.plan = p.plan;
         self.sent_at = Some(Instant::now());
+        self.upstream_span = UpstreamSpan::open(&mut edits);
         Ok(Forward {
             body: Some(p.body),
             edits,
@@ -602,6 +615,9 @@ impl Exchange {
                 edits: HeaderEdits::default(),
                 body: BodyPlan::Pass,
             };
+        }
+        if let Some(u) = &self.upstream_span {
+            u.headers(status);
         }
         let metrics = self.grounding.metrics().clone();
         let ep = self.endpoint();
@@ -697,6 +713,12 @@ impl Exchange {
     pub fn on_response_body(&mut self, piece: Bytes, end: bool) {
         if self.input_ended {
             return;
+        }
+        // The first body byte (or the end of an empty body) ends the
+        // upstream span.
+        let span = self.upstream_span.take_if(|_| !piece.is_empty() || end);
+        if let (Some(u), false) = (span, piece.is_empty()) {
+            u.first_byte();
         }
         self.input_ended = end;
         if let Some(inf) = &mut self.inflate {
@@ -841,6 +863,9 @@ impl Exchange {
         if self.status.is_none() {
             self.settle_quota(false).await;
         }
+        if let Some(u) = self.upstream_span.take() {
+            u.failed();
+        }
         self.failed(kind, format!("{}: {detail}", class.as_str()));
         self.sink = Sink::Pass;
         self.out.clear();
@@ -862,6 +887,9 @@ impl Exchange {
     /// available from [`Exchange::next_output`]: send it, then end the
     /// client's response as broken.
     pub fn on_broken(&mut self, detail: &str) {
+        if let Some(u) = self.upstream_span.take() {
+            u.failed();
+        }
         self.failed(UpstreamError::Broken, format!("broken: {detail}"));
         if !self.sink_ended {
             self.input_ended = true;
