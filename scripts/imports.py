@@ -238,7 +238,7 @@ def resolve(mods: dict[str, Module], segs: list[str], depth: int = 0) -> str | N
                     return got
             return cur if s in m.items else None
         # A private `use` of another module's item, then named by path.
-        for pub, full, alias in m.uses:
+        for _pub, full, alias in m.uses:
             if alias == s and depth < 8:
                 target = absolute(cur, full)
                 if target is not None:

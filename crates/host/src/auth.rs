@@ -117,8 +117,8 @@ pub fn hash_key(key: &str) -> String {
 }
 
 impl Accounts {
-    /// Resolves `[auth]`, `[plans]` and `[[accounts]]`, as
-    /// [`Config::checked_accounts`] checks them.
+    /// Resolves `[auth]`, `[plans]` and `[[accounts]]`, as the config's
+    /// one copy of the accounts rules (`Config::checked_accounts`) checks them.
     ///
     /// # Errors
     /// A [`ConfigError`] naming the key: an unknown plan, a malformed or
