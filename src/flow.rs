@@ -134,7 +134,7 @@ impl Outcome {
 /// The end of a [`Flow`]: what to send upstream and how to treat the
 /// response.
 #[derive(Debug)]
-pub struct Prepared<'s, S: QuotaStore> {
+pub struct Prepared<S: QuotaStore> {
     /// The body to forward upstream (without `web_search`; with sources
     /// when `plan` is `Some`).
     pub body: Bytes,
@@ -149,7 +149,7 @@ pub struct Prepared<'s, S: QuotaStore> {
     /// The search the injected sources used, still reserved (`Some` exactly
     /// when `plan` is): commit it when the upstream answers 2xx, release it
     /// otherwise. Dropping it releases it.
-    pub reservation: Option<Reservation<'s, S>>,
+    pub reservation: Option<Reservation<S>>,
 }
 
 /// A request between inspection and the search. Created by
@@ -157,22 +157,24 @@ pub struct Prepared<'s, S: QuotaStore> {
 /// [`Flow::run`]. Dropping it releases its reservation (if the store can do
 /// that synchronously).
 #[derive(Debug)]
-pub struct Flow<'s, S: QuotaStore> {
+pub struct Flow<S: QuotaStore> {
     inspection: Inspection,
-    reservation: Option<Reservation<'s, S>>,
+    reservation: Option<Reservation<S>>,
     outcome: Outcome,
     errors: Vec<QuotaError>,
 }
 
-impl<'s, S: QuotaStore> Flow<'s, S> {
+impl<S: QuotaStore> Flow<S> {
     /// Inspects `body` and, when it asks for a search and has a query,
-    /// reserves one search of `account` (daily `limit`) in `store`.
+    /// reserves one search of `account` (daily `limit`) in `store`:
+    /// `&store`, or an owned handle when the reservation must outlive the
+    /// caller's borrow (a host holding it until the upstream answers).
     ///
     /// # Errors
     /// The [`RequestError`] of [`inspect`] (a 400 to answer). Quota
     /// problems are not errors: see [`Flow::outcome`] and [`Flow::errors`].
     pub async fn start(
-        store: &'s S,
+        store: S,
         account: &str,
         limit: u32,
         endpoint: Endpoint,
@@ -229,7 +231,7 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
         &self.errors
     }
 
-    fn pass(self, outcome: Outcome, errors: Vec<QuotaError>) -> Prepared<'s, S> {
+    fn pass(self, outcome: Outcome, errors: Vec<QuotaError>) -> Prepared<S> {
         Prepared {
             body: self.inspection.into_body(),
             plan: None,
@@ -244,7 +246,7 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
     /// [`Prepared::reservation`]; with none, the reservation is released and
     /// the body passes without sources. When no search was pending
     /// ([`Flow::query`] was `None`), `found` is ignored.
-    pub async fn finish(mut self, found: Vec<Source>, options: &InjectOptions) -> Prepared<'s, S> {
+    pub async fn finish(mut self, found: Vec<Source>, options: &InjectOptions) -> Prepared<S> {
         let Some(r) = self.reservation.take() else {
             let (o, e) = (self.outcome, std::mem::take(&mut self.errors));
             return self.pass(o, e);
@@ -286,7 +288,7 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
 
     /// Ends the flow after a failed search (error, timeout): the
     /// reservation is released and the body passes without sources.
-    pub async fn fail(mut self) -> Prepared<'s, S> {
+    pub async fn fail(mut self) -> Prepared<S> {
         let mut errors = std::mem::take(&mut self.errors);
         match self.reservation.take() {
             Some(r) => {
@@ -305,7 +307,7 @@ impl<'s, S: QuotaStore> Flow<'s, S> {
     /// Runs `search` on the query when one is pending, then
     /// [`Flow::finish`] or [`Flow::fail`]. `search` is not called when no
     /// search is pending.
-    pub async fn run<F, Fut, E>(self, options: &InjectOptions, search: F) -> Prepared<'s, S>
+    pub async fn run<F, Fut, E>(self, options: &InjectOptions, search: F) -> Prepared<S>
     where
         F: FnOnce(SearchQuery) -> Fut,
         Fut: Future<Output = Result<Vec<Source>, E>>,

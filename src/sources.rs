@@ -61,6 +61,31 @@ pub struct Source {
     pub reference: Option<String>,
 }
 
+impl Source {
+    /// The fields that are present, as `(name, value)` in the order they
+    /// serialize (`title`, `url`, `text`, `heading`, `author`, `year`,
+    /// `reference`): for hosts that build a source object of their own
+    /// kind (a Python dict) with the names its JSON has.
+    ///
+    /// ```
+    /// let s = citestream::Source { title: Some("T".into()), year: Some("1999".into()), ..Default::default() };
+    /// assert_eq!(s.fields().collect::<Vec<_>>(), [("title", "T"), ("year", "1999")]);
+    /// ```
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("title", &self.title),
+            ("url", &self.url),
+            ("text", &self.text),
+            ("heading", &self.heading),
+            ("author", &self.author),
+            ("year", &self.year),
+            ("reference", &self.reference),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value.as_deref()?)))
+    }
+}
+
 fn string_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]

@@ -29,9 +29,7 @@ mod grounding;
 mod request;
 mod rewrite;
 
-/// Inputs at least this long are processed with the GIL released; shorter
-/// ones are not worth the hand-off.
-pub(crate) const DETACH_AT: usize = 16 * 1024;
+pub(crate) use rewrite::DETACH_AT;
 
 /// The module `citestream._native`.
 #[pymodule]

@@ -19,6 +19,10 @@ use citestream::{Dialect, OffsetUnit, RewriteOptions, StreamRewriter};
 
 use crate::errors::{CitestreamError, SourcesError, bytes_arg};
 
+/// Inputs at least this long are processed with the GIL released; shorter
+/// ones are not worth the hand-off.
+pub(crate) const DETACH_AT: usize = 16 * 1024;
+
 /// The numbered sources of one request (docs/reference/request.md, "Sources"), validated and with
 /// their output fragments serialized once.
 #[pyclass(module = "citestream._native", name = "Sources", frozen)]
@@ -68,18 +72,8 @@ impl PySources {
         let list = PyList::empty(py);
         for s in self.inner.list() {
             let d = PyDict::new(py);
-            for (k, v) in [
-                ("title", &s.title),
-                ("url", &s.url),
-                ("text", &s.text),
-                ("heading", &s.heading),
-                ("author", &s.author),
-                ("year", &s.year),
-                ("reference", &s.reference),
-            ] {
-                if let Some(v) = v {
-                    d.set_item(k, v)?;
-                }
+            for (k, v) in s.fields() {
+                d.set_item(k, v)?;
             }
             list.append(d)?;
         }
@@ -152,7 +146,7 @@ pub(crate) fn options(
 
 /// Feeds `input` (when given) or finishes, and returns all output.
 fn drive<R: StreamRewriter + Send>(py: Python<'_>, r: &mut R, input: Option<Bytes>) -> Vec<u8> {
-    let large = input_len(&input) >= crate::DETACH_AT;
+    let large = input_len(&input) >= DETACH_AT;
     let work = |r: &mut R| {
         match input {
             Some(b) => r.feed(b),
@@ -416,7 +410,7 @@ fn rewrite_body<'py>(
     let work = || -> Vec<u8> {
         citestream::rewrite::rewrite_body(ep, &body, &sources, &opts).into_owned()
     };
-    let out = if body.len() >= crate::DETACH_AT {
+    let out = if body.len() >= DETACH_AT {
         py.detach(work)
     } else {
         work()

@@ -15,21 +15,7 @@
 use super::scanner::{BYTE_CLASS, Escape, LINE_START, Line, NON_ASCII, STOP_FENCE, utf8_seq_len};
 use super::tracker::Feed;
 use super::{Marker, MarkerTracker};
-
-/// The character a one-letter JSON escape (`\n`, `\"`, ...) stands for,
-/// given the byte after the backslash.
-#[inline]
-pub(super) fn simple_escape(b: u8) -> Option<u8> {
-    match b {
-        b'"' | b'\\' | b'/' => Some(b),
-        b'b' => Some(0x08),
-        b'f' => Some(0x0C),
-        b'n' => Some(b'\n'),
-        b'r' => Some(b'\r'),
-        b't' => Some(b'\t'),
-        _ => None,
-    }
-}
+use crate::json::simple_escape;
 
 /// Whether `s` holds none of the bytes [`BYTE_CLASS`] marks: four bytes a
 /// step, which short pieces mostly are.

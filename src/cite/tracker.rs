@@ -1,9 +1,9 @@
 //! [`MarkerTracker`]: the public face of the marker scanner, fed raw
 //! JSON string bodies or decoded text, in pieces split anywhere.
 
-use super::fast::simple_escape;
 use super::scanner::{Escape, Scanner, ascii_prefix_len, find1, utf8_seq_len};
 use super::{Marker, OffsetUnit};
+use crate::json::simple_escape;
 
 /// Which decoder [`MarkerTracker::push_rest`] drives.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -64,6 +64,7 @@ pub use skip::{
     digits_end, leading_digits, scan_number, scan_string, scan_value, short_string_end, skip_ws,
 };
 pub use splice::{Splice, insert_point, removal_span};
+pub(crate) use string::simple_escape;
 pub use string::{decode_str, decode_token, parse_u32, push_json_str};
 pub use walker::{ArrayWalker, Field, Member, ObjectWalker};
 

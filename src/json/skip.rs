@@ -5,6 +5,7 @@
 //! [`scan_value`] or [`scan_string`]; they never allocate and never
 //! recurse (nesting is a bit stack, at most [`MAX_DEPTH`] deep).
 
+use super::string::simple_escape;
 use super::{Invalid, MAX_DEPTH};
 
 /// Index of the first non-whitespace byte at or after `i`.
@@ -230,7 +231,7 @@ fn string_rest(b: &[u8], mut i: usize) -> Result<(usize, bool), Invalid> {
             b'\\' => {
                 escaped = true;
                 match b.get(i + 1) {
-                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(&e) if simple_escape(e).is_some() => i += 2,
                     Some(b'u') => {
                         let hex = b.get(i + 2..i + 6).ok_or(Invalid)?;
                         if !hex.iter().all(u8::is_ascii_hexdigit) {
@@ -294,7 +295,7 @@ pub fn naive_string(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
             after_backslash = false;
             match c {
                 b'u' => hex_due = 4,
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                _ if simple_escape(c).is_some() => {}
                 _ => return Err(Invalid),
             }
         } else if c == b'"' {

@@ -3,6 +3,25 @@
 
 use std::borrow::Cow;
 
+/// The JSON escape table: the byte a one-letter escape (`\n`, `\"`, ...)
+/// stands for, given the letter after the backslash; `None` for `u` (a
+/// `\uXXXX` escape) and for every letter JSON has no escape for. The one
+/// copy: the decoder here, the string scans of [`super::skip`] and the
+/// marker tracker's decoding ([`crate::cite`]) all read it.
+#[inline]
+#[must_use]
+pub(crate) const fn simple_escape(b: u8) -> Option<u8> {
+    match b {
+        b'"' | b'\\' | b'/' => Some(b),
+        b'b' => Some(0x08),
+        b'f' => Some(0x0C),
+        b'n' => Some(b'\n'),
+        b'r' => Some(b'\r'),
+        b't' => Some(b'\t'),
+        _ => None,
+    }
+}
+
 /// Decodes a raw JSON string body (between the quotes) leniently: invalid
 /// escapes, lone surrogates and invalid UTF-8 become U+FFFD. Borrows when
 /// there is nothing to decode.
@@ -26,20 +45,9 @@ pub fn decode_str(raw: &[u8]) -> Cow<'_, str> {
         }
         i += k;
         let c = raw.get(i + 1).copied();
-        let simple = match c {
-            Some(b'"') => Some('"'),
-            Some(b'\\') => Some('\\'),
-            Some(b'/') => Some('/'),
-            Some(b'b') => Some('\u{8}'),
-            Some(b'f') => Some('\u{c}'),
-            Some(b'n') => Some('\n'),
-            Some(b'r') => Some('\r'),
-            Some(b't') => Some('\t'),
-            _ => None,
-        };
-        if let Some(ch) = simple {
+        if let Some(ch) = c.and_then(simple_escape) {
             flush_high(&mut out, &mut pending_high);
-            out.push(ch);
+            out.push(char::from(ch));
             i += 2;
             continue;
         }

@@ -273,16 +273,54 @@ pub trait QuotaStore: Send + Sync {
     }
 }
 
+/// A store reached through a reference is a store: a [`Reservation`] of
+/// `&S` borrows the store, one of an owned handle (a `Clone` of a shared
+/// store) can outlive the code that reserved it.
+impl<S: QuotaStore + ?Sized> QuotaStore for &S {
+    fn try_reserve(
+        &self,
+        account: &str,
+        limit: u32,
+    ) -> impl Future<Output = Result<Option<Ticket>, QuotaError>> + Send {
+        (**self).try_reserve(account, limit)
+    }
+
+    fn commit(&self, ticket: &Ticket) -> impl Future<Output = Result<bool, QuotaError>> + Send {
+        (**self).commit(ticket)
+    }
+
+    fn release(&self, ticket: &Ticket) -> impl Future<Output = Result<bool, QuotaError>> + Send {
+        (**self).release(ticket)
+    }
+
+    fn usage(
+        &self,
+        account: &str,
+        day: u64,
+    ) -> impl Future<Output = Result<Usage, QuotaError>> + Send {
+        (**self).usage(account, day)
+    }
+
+    fn release_on_drop(&self, ticket: &Ticket) {
+        (**self).release_on_drop(ticket);
+    }
+}
+
 /// A reserved search that releases itself on drop unless committed or
 /// released. Created by [`reserve`].
+///
+/// It holds the store it was reserved in: `&store` for a guard that lives
+/// within the caller's scope, or an owned handle (the hosts' `Store`, a
+/// `Clone` sharing one store) for a reservation handed on until the
+/// upstream answers.
 #[derive(Debug)]
 #[must_use = "dropping a reservation releases it"]
-pub struct Reservation<'s, S: QuotaStore> {
-    store: &'s S,
+pub struct Reservation<S: QuotaStore> {
+    store: S,
     ticket: Option<Ticket>,
 }
 
-impl<'s, S: QuotaStore> Reservation<'s, S> {
+impl<S: QuotaStore> Reservation<S> {
     /// The reservation's ticket (`None` only after [`Reservation::into_ticket`]).
     #[must_use]
     pub fn ticket(&self) -> Option<&Ticket> {
@@ -290,7 +328,7 @@ impl<'s, S: QuotaStore> Reservation<'s, S> {
     }
 
     /// Wraps a ticket from `store.try_reserve` in a guard.
-    pub fn new(store: &'s S, ticket: Ticket) -> Self {
+    pub fn new(store: S, ticket: Ticket) -> Self {
         Reservation {
             store,
             ticket: Some(ticket),
@@ -328,7 +366,7 @@ impl<'s, S: QuotaStore> Reservation<'s, S> {
     }
 }
 
-impl<S: QuotaStore> Drop for Reservation<'_, S> {
+impl<S: QuotaStore> Drop for Reservation<S> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
             self.store.release_on_drop(&t);
@@ -336,16 +374,17 @@ impl<S: QuotaStore> Drop for Reservation<'_, S> {
     }
 }
 
-/// Reserves one search of `account` (daily `limit`) in `store`, returning a
-/// guard that releases on drop. `Ok(None)`: the day's searches are used up.
+/// Reserves one search of `account` (daily `limit`) in `store` (`&store`,
+/// or an owned handle the guard keeps), returning a guard that releases on
+/// drop. `Ok(None)`: the day's searches are used up.
 ///
 /// # Errors
 /// A [`QuotaError`] when the store cannot be asked: answer without search.
-pub async fn reserve<'s, S: QuotaStore>(
-    store: &'s S,
+pub async fn reserve<S: QuotaStore>(
+    store: S,
     account: &str,
     limit: u32,
-) -> Result<Option<Reservation<'s, S>>, QuotaError> {
+) -> Result<Option<Reservation<S>>, QuotaError> {
     Ok(store
         .try_reserve(account, limit)
         .await?

@@ -5,7 +5,8 @@ use std::ops::Range;
 
 use crate::sources::{Source, Sources};
 
-use super::{Endpoint, RequestError};
+use super::Endpoint;
+use super::error::RequestError;
 use crate::json::{self, Field, push_json_str};
 
 /// Where [`inject`] puts the sources block.
@@ -242,7 +243,7 @@ pub fn inject(
     sources: &Sources,
     options: &InjectOptions,
 ) -> Result<Vec<u8>, InjectError> {
-    let (start, ms) = super::top_members(endpoint, body).map_err(InjectError::Invalid)?;
+    let (start, ms) = super::read::top_members(endpoint, body).map_err(InjectError::Invalid)?;
     if sources.is_empty() {
         return Ok(body.to_vec());
     }
@@ -250,14 +251,17 @@ pub fn inject(
     let mut lit = String::new();
     push_json_str(&mut lit, &render_sources(&options.template, sources));
     if endpoint == Endpoint::Responses {
-        let (r, text) = super::responses::inject_edit(b, &ms, &lit)?;
+        let (r, text) =
+            super::responses::inject_edit(b, &ms, &lit).ok_or(InjectError::NoMessages)?;
         return Ok(splice(b, r, &text));
     }
     let block_part = format!("{{\"type\":\"text\",\"text\":{lit}}}");
 
-    let msgs = super::messages(b, &ms);
+    let msgs = super::read::messages(b, &ms);
     let user = match (options.placement, &msgs) {
-        (Placement::UserMessage, Some((_, list))) => super::last_user(b, list).map(|i| &list[i]),
+        (Placement::UserMessage, Some((_, list))) => {
+            super::read::last_user(b, list).map(|i| &list[i])
+        }
         _ => None,
     };
     let (r, text) = match (user, endpoint) {

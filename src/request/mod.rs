@@ -27,142 +27,28 @@
 //! assert_eq!(&req.body()[..], br#"{"model":"m","messages":[{"role":"user","content":"Lisbon weather?"}]}"#);
 //! ```
 
-use std::fmt;
 use std::ops::Range;
 
 use bytes::Bytes;
 
+mod error;
 mod inject;
+mod query;
+mod read;
 mod responses;
+
+pub use error::{RequestError, RequestErrorKind};
+pub use query::{SearchQuery, Turn};
+use read::content_text;
+pub(crate) use read::{last_user, messages, role_of, top_members};
 
 pub use inject::{
     InjectError, InjectOptions, PLACEHOLDERS, Placement, Template, inject, render_sources,
 };
 
-use crate::json::{self, Field, push_json_str};
+use crate::json::{self, Field};
 
 pub use crate::endpoint::Endpoint;
-
-/// What was wrong with a request body.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RequestErrorKind {
-    /// The body is not valid JSON.
-    NotJson,
-    /// The body is JSON but not an object.
-    NotObject,
-    /// `web_search` is present with a value that is not a boolean.
-    WebSearchNotBoolean,
-}
-
-/// A request the gateway answers itself with a 400 `invalid_request_error`
-/// in the endpoint's normal error shape (see [`RequestError::body`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RequestError {
-    endpoint: Endpoint,
-    kind: RequestErrorKind,
-    message: String,
-}
-
-impl RequestError {
-    fn new(endpoint: Endpoint, kind: RequestErrorKind, message: String) -> Self {
-        RequestError {
-            endpoint,
-            kind,
-            message,
-        }
-    }
-
-    /// What was wrong.
-    #[must_use]
-    pub fn kind(&self) -> RequestErrorKind {
-        self.kind
-    }
-
-    /// The endpoint whose error shape [`RequestError::body`] uses.
-    #[must_use]
-    pub fn endpoint(&self) -> Endpoint {
-        self.endpoint
-    }
-
-    /// The human-readable message put in the error body.
-    #[must_use]
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// The HTTP status to answer with: always 400.
-    #[must_use]
-    pub fn status(&self) -> u16 {
-        400
-    }
-
-    /// The offending request parameter, when there is one (`web_search`).
-    #[must_use]
-    pub fn param(&self) -> Option<&'static str> {
-        match self.kind {
-            RequestErrorKind::WebSearchNotBoolean => Some("web_search"),
-            RequestErrorKind::NotJson | RequestErrorKind::NotObject => None,
-        }
-    }
-
-    /// The JSON error body, ready to send with [`RequestError::status`] and
-    /// `content-type: application/json`.
-    ///
-    /// * chat and responses: `{"error":{"message":…,"type":"invalid_request_error","param":…,"code":null}}`
-    /// * messages: `{"type":"error","error":{"type":"invalid_request_error","message":…}}`
-    #[must_use]
-    pub fn body(&self) -> Vec<u8> {
-        let mut out = String::new();
-        match self.endpoint {
-            Endpoint::ChatCompletions | Endpoint::Responses => {
-                out.push_str("{\"error\":{\"message\":");
-                push_json_str(&mut out, &self.message);
-                out.push_str(",\"type\":\"invalid_request_error\",\"param\":");
-                match self.param() {
-                    Some(p) => push_json_str(&mut out, p),
-                    None => out.push_str("null"),
-                }
-                out.push_str(",\"code\":null}}");
-            }
-            Endpoint::Messages => {
-                out.push_str("{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":");
-                push_json_str(&mut out, &self.message);
-                out.push_str("}}");
-            }
-        }
-        out.into_bytes()
-    }
-}
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for RequestError {}
-
-/// One conversation turn handed to the search as context.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Turn {
-    /// `user`, `assistant`, `system`, `developer`, `tool`, … as sent.
-    pub role: String,
-    /// The turn's text: string content, or its text parts joined with `\n`.
-    pub text: String,
-}
-
-/// What to search for.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SearchQuery {
-    /// The text of the last `user` message (string content, or its text
-    /// parts / blocks joined with `\n`; images and other parts ignored).
-    pub text: String,
-    /// The turns before that message, oldest first, as context (turns
-    /// without text are left out). On `/v1/messages` a top-level `system`
-    /// comes first with role `system`.
-    pub context: Vec<Turn>,
-}
 
 /// The result of [`inspect`]: the body to forward, whether to search, and
 /// what the response side needs to know.
@@ -340,50 +226,6 @@ pub fn inspect(endpoint: Endpoint, body: impl Into<Bytes>) -> Result<Inspection,
     })
 }
 
-/// Validates `body` and returns the offset of its top-level `{` and its
-/// members.
-pub(crate) fn top_members(
-    endpoint: Endpoint,
-    body: &[u8],
-) -> Result<(usize, Vec<Field>), RequestError> {
-    // JSON text is UTF-8 (RFC 8259); serde_json does not check the bytes of
-    // strings it skips, so check the whole body first.
-    let text = std::str::from_utf8(body).map_err(|e| {
-        RequestError::new(
-            endpoint,
-            RequestErrorKind::NotJson,
-            format!(
-                "We could not parse the JSON body of your request: invalid UTF-8 at byte {}",
-                e.valid_up_to()
-            ),
-        )
-    })?;
-    let v: Result<serde::de::IgnoredAny, _> = serde_json::from_str(text);
-    if let Err(e) = v {
-        return Err(RequestError::new(
-            endpoint,
-            RequestErrorKind::NotJson,
-            format!("We could not parse the JSON body of your request: {e}"),
-        ));
-    }
-    let start = json::skip_ws(body, 0);
-    if body.get(start) != Some(&b'{') {
-        return Err(RequestError::new(
-            endpoint,
-            RequestErrorKind::NotObject,
-            "The request body must be a JSON object.".to_owned(),
-        ));
-    }
-    match json::members(body, start) {
-        Some(ms) => Ok((start, ms)),
-        None => Err(RequestError::new(
-            endpoint,
-            RequestErrorKind::NotJson,
-            "We could not parse the JSON body of your request.".to_owned(),
-        )),
-    }
-}
-
 /// Byte ranges to cut so that the members at indices `removed` (ascending)
 /// disappear with their separating commas. See the module tests for the
 /// exact rule; the ranges are ascending and disjoint.
@@ -421,69 +263,6 @@ fn json_type_name(v: &[u8]) -> &'static str {
         Some(b't' | b'f') => "a boolean",
         _ => "a number",
     }
-}
-
-/// The decoded text of a `content` value: a string, or the `text` of its
-/// `{"type":"text","text":…}` parts / blocks joined with `\n`.
-fn content_text(b: &[u8], v: Range<usize>) -> Option<String> {
-    parts_text(b, v, &["text"])
-}
-
-/// The decoded text of a `content` value: a string, or the `text` of its
-/// parts whose `type` is one of `types`, joined with `\n`.
-pub(crate) fn parts_text(b: &[u8], v: Range<usize>, types: &[&str]) -> Option<String> {
-    match b.get(v.start)? {
-        b'"' => json::decode_token(&b[v]),
-        b'[' => {
-            let mut parts = Vec::new();
-            for el in json::elements(b, v.start)? {
-                let Some(pm) = json::members(b, el.start) else {
-                    continue;
-                };
-                let is_text = json::find(b, &pm, "type")
-                    .and_then(|t| json::decode_token(t.value_in(b)))
-                    .is_some_and(|t| types.contains(&t.as_str()));
-                if !is_text {
-                    continue;
-                }
-                if let Some(t) =
-                    json::find(b, &pm, "text").and_then(|t| json::decode_token(t.value_in(b)))
-                {
-                    parts.push(t);
-                }
-            }
-            if parts.is_empty() {
-                None
-            } else {
-                Some(parts.join("\n"))
-            }
-        }
-        _ => None,
-    }
-}
-
-/// One element of `messages` that is an object: its byte range and members.
-pub(crate) type Message = (Range<usize>, Vec<Field>);
-
-/// The top-level `messages` array: its byte range and its object elements.
-pub(crate) fn messages(b: &[u8], ms: &[Field]) -> Option<(Range<usize>, Vec<Message>)> {
-    let m = json::find(b, ms, "messages")?;
-    let els = json::elements(b, m.member.value_start)?;
-    let msgs = els
-        .into_iter()
-        .filter_map(|e| json::members(b, e.start).map(|mm| (e, mm)))
-        .collect();
-    Some((m.value(), msgs))
-}
-
-pub(crate) fn role_of(b: &[u8], mm: &[Field]) -> Option<String> {
-    json::find(b, mm, "role").and_then(|r| json::decode_token(r.value_in(b)))
-}
-
-/// Index (into the message list) of the last message with role `user`.
-pub(crate) fn last_user(b: &[u8], msgs: &[Message]) -> Option<usize> {
-    msgs.iter()
-        .rposition(|(_, mm)| role_of(b, mm).as_deref() == Some("user"))
 }
 
 fn extract_query(endpoint: Endpoint, b: &[u8], ms: &[Field]) -> Option<SearchQuery> {

@@ -30,8 +30,8 @@
 
 use std::ops::Range;
 
-use super::inject::{Edit, InjectError};
-use super::{SearchQuery, Turn, parts_text, role_of};
+use super::query::{SearchQuery, Turn};
+use super::read::{parts_text, role_of};
 use crate::json::{self, Field};
 
 /// The `input` member's value range.
@@ -109,25 +109,24 @@ fn item_text(b: &[u8], mm: &[Field], types: &[&str]) -> Option<String> {
 /// The edit that puts the sources block (`lit`, a JSON string literal) in
 /// front of the question's text.
 ///
-/// # Errors
-/// [`InjectError::NoMessages`] when the body has no question (no string
-/// `input` and no user item in it).
-pub(super) fn inject_edit(b: &[u8], ms: &[Field], lit: &str) -> Result<Edit, InjectError> {
-    let v = input(b, ms).ok_or(InjectError::NoMessages)?;
+/// `None` when the body has no question (no string `input` and no user
+/// item in it).
+pub(super) fn inject_edit(b: &[u8], ms: &[Field], lit: &str) -> Option<(Range<usize>, String)> {
+    let v = input(b, ms)?;
     match b.get(v.start) {
-        Some(b'"') => Ok((v.clone(), prepend_str(lit, &b[v]))),
+        Some(b'"') => Some((v.clone(), prepend_str(lit, &b[v]))),
         Some(b'[') => {
-            let items = items(b, v.start).ok_or(InjectError::NoMessages)?;
-            let last = last_user(b, &items).ok_or(InjectError::NoMessages)?;
+            let items = items(b, v.start)?;
+            let last = last_user(b, &items)?;
             let (r, mm) = &items[last];
-            Ok(item_edit(b, r, mm, lit))
+            Some(item_edit(b, r, mm, lit))
         }
-        _ => Err(InjectError::NoMessages),
+        _ => None,
     }
 }
 
 /// The edit of the question's item (at `r`, members `mm`).
-fn item_edit(b: &[u8], r: &Range<usize>, mm: &[Field], lit: &str) -> Edit {
+fn item_edit(b: &[u8], r: &Range<usize>, mm: &[Field], lit: &str) -> (Range<usize>, String) {
     let part = format!("{{\"type\":\"input_text\",\"text\":{lit}}}");
     let Some(c) = json::find(b, mm, "content") else {
         let at = r.start + 1;

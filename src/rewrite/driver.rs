@@ -712,5 +712,4 @@ impl<H: Handler> StreamRewriter for SseRewriter<H> {
 }
 
 #[cfg(test)]
-#[path = "driver_tests.rs"]
 mod tests;

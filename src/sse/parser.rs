@@ -7,9 +7,6 @@ use bytes::{Buf, BufMut, Bytes};
 /// Default for [`Config::max_event_size`]: 1 MiB.
 pub const DEFAULT_MAX_EVENT_SIZE: usize = 1 << 20;
 
-/// The UTF-8 byte order mark.
-pub(super) const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
-
 /// Parser limits.
 ///
 /// ```
@@ -625,5 +622,4 @@ impl Parser {
 }
 
 #[cfg(test)]
-#[path = "parser_tests.rs"]
 mod tests;

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
-use super::state::{Found, State};
+use super::state::{Cont, Found, State};
 
 /// An event found by [`State::quick`], lying whole in the current piece
 /// `cur`: its bytes are lent as found (slices of `cur` the search already
@@ -36,31 +36,6 @@ impl Quick<'_> {
             kind: FrameKind::Event,
             raw: Loc::Cur(self.start, self.start + self.raw.len()),
             data: Some(self.data_range),
-            event: self.event,
-            id: None,
-            retry: None,
-        }
-    }
-}
-
-/// An event completed by [`State::continue_data`]: its raw bytes are the
-/// gathered frame in `State::partial`.
-#[derive(Clone, Debug)]
-pub(super) struct Cont {
-    /// The data's range in the raw bytes.
-    pub(super) data: Range<usize>,
-    /// The `event` line's value's range in the raw bytes.
-    pub(super) event: Option<Range<usize>>,
-}
-
-impl Cont {
-    /// The same event as a [`Found`].
-    #[inline]
-    pub(super) fn found(self) -> Found {
-        Found {
-            kind: FrameKind::Event,
-            raw: Loc::Owned,
-            data: Some(self.data),
             event: self.event,
             id: None,
             retry: None,

@@ -74,8 +74,9 @@ use bytes::{Bytes, BytesMut};
 
 use super::frame::{Data, FrameKind, Loc};
 use super::line_end::find_line_end;
-use super::parser::BOM;
-use super::quick::Cont;
+
+/// The UTF-8 byte order mark, skipped once at the very start.
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
 
 /// [`State::odd`]: the last byte consumed was a CR line end at the end of
 /// a piece (its LF may start the next one).
@@ -111,6 +112,31 @@ pub(super) struct Found {
     pub(super) event: Option<Range<usize>>,
     pub(super) id: Option<Range<usize>>,
     pub(super) retry: Option<u64>,
+}
+
+/// An event completed by [`State::continue_data`]: its raw bytes are the
+/// gathered frame in `State::partial`.
+#[derive(Clone, Debug)]
+pub(super) struct Cont {
+    /// The data's range in the raw bytes.
+    pub(super) data: Range<usize>,
+    /// The `event` line's value's range in the raw bytes.
+    pub(super) event: Option<Range<usize>>,
+}
+
+impl Cont {
+    /// The same event as a [`Found`].
+    #[inline]
+    pub(super) fn found(self) -> Found {
+        Found {
+            kind: FrameKind::Event,
+            raw: Loc::Owned,
+            data: Some(self.data),
+            event: self.event,
+            id: None,
+            retry: None,
+        }
+    }
 }
 
 impl Found {

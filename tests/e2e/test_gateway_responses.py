@@ -10,8 +10,9 @@ the gateway is in test_gateway_fixtures.py.
   `x-citestream-search: injected`.
 * Bad input: `web_search` not a boolean (400, OpenAI shape, `param:
   "web_search"`), `input` of unexpected shapes (`no-query`: passed on
-  without `web_search`, nothing injected), a stream cut early (relayed as
-  cut, no sources added).
+  without `web_search`, nothing injected), a stream cut early (every byte
+  the upstream sent relayed unchanged, no sources added, no clean end; six
+  piece sizes).
 * The log line: `cache` (`miss` then `hit`) and `query_chars`, the length
   of the formed search query (`search.max_query_chars` cuts it).
 """
@@ -132,11 +133,14 @@ def test_input_of_unexpected_shapes(gateway, replay, inp):
     assert data == replay.body("openai_gpt4omini_text_obfuscation", False, "/v1/responses")[0]
 
 
-def test_a_stream_cut_early_gets_no_sources(gateway, replay):
+@pytest.mark.parametrize("piece", [1, 7, 64, 301, 1000, 1249])
+def test_a_stream_cut_early_gets_no_sources(gateway, replay, piece):
     name = "openai_gpt4omini_text_obfuscation"
     full, _ = replay.body(name, True, "/v1/responses")
     cut = full.index(b"event: response.completed")
-    body = responses_client_body(f"replay:{name}?cut={cut}", True, False)
+    # Whole pieces of `piece` bytes: the upstream stops at the first piece
+    # end at or past `cut`, inside the last event (response.completed).
+    body = responses_client_body(f"replay:{name}?cut={cut}&piece={piece}", True, False)
     # A raw socket: everything the gateway wrote, up to its close.
     sock = open_post(int(gateway.url.rsplit(":", 1)[1]), "/v1/responses", body)
     raw = b""
@@ -156,10 +160,11 @@ def test_a_stream_cut_early_gets_no_sources(gateway, replay):
     # The gateway ends its own chunked body without the last chunk: the client sees the cut.
     assert not raw.endswith(b"0\r\n\r\n")
     assert b'"sources"' not in got
-    # What arrived is the upstream's bytes unchanged. Not asserted: that all of
-    # them arrive; the gateway sometimes drops the tail it had received when
-    # the upstream breaks off (chat streams too; reported, owned elsewhere).
-    assert got and full[:cut].startswith(bytes(got))
+    # Every byte the upstream sent before the cut (whole pieces: `cut` or a
+    # little more) arrives, unchanged, nothing added.
+    (ex,) = replay.wait_for(lambda log: len(log) == 1 and log[0].done)
+    assert cut <= ex.bytes_sent < len(full)
+    assert bytes(got) == full[:ex.bytes_sent]
 
 
 # ---- the log line ---------------------------------------------------------

@@ -18,7 +18,7 @@ use std::io::Write;
 
 use citestream_ext_proc::Server;
 
-use crate::Failure;
+use crate::process::Failure;
 use crate::process::ServerArgs;
 use citestream_host::reload::{Reloader, Signal};
 

@@ -29,6 +29,8 @@ mod process;
 mod search;
 mod serve;
 
+use process::Failure;
+
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::num::NonZeroUsize;
@@ -48,21 +50,6 @@ use citestream::{
 
 /// Size of one read from the input when `--chunk-size` is not given.
 const READ_SIZE: usize = 64 * 1024;
-
-/// Why a command failed; decides the exit status.
-enum Failure {
-    /// Bad flags, an unreadable input, sources or config file, a server
-    /// that cannot start: exit 2.
-    Usage(String),
-    /// Failed after it started (a search, an I/O error): exit 1.
-    Io(io::Error),
-}
-
-impl From<io::Error> for Failure {
-    fn from(e: io::Error) -> Self {
-        Failure::Io(e)
-    }
-}
 
 /// Web-search grounding for LLM gateways: SSE parsing, citation rewriting,
 /// search, and the gateway itself.

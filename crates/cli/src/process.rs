@@ -2,17 +2,32 @@
 //! long-running subcommands (`serve`, `ext-proc`): when to stop (SIGTERM
 //! or SIGINT) and when to reload (SIGHUP), their shared flags, and where log lines go (JSON lines on
 //! standard output for the servers, through `citestream_host::telemetry`;
-//! plain warnings on standard error for `search`). The
+//! plain warnings on standard error for `search`), and [`Failure`], why
+//! any command failed (its exit status). The
 //! libraries (`citestream-gateway`, `citestream-ext-proc`) take a shutdown
 //! future and log through `tracing`; they install neither.
 
+use std::io;
 use std::path::PathBuf;
 
 use citestream_host::config::{Config, ConfigError};
 use citestream_host::reload::Signal;
 use citestream_host::telemetry::Telemetry;
 
-use crate::Failure;
+/// Why a command failed; decides the exit status.
+pub(crate) enum Failure {
+    /// Bad flags, an unreadable input, sources or config file, a server
+    /// that cannot start: exit 2.
+    Usage(String),
+    /// Failed after it started (a search, an I/O error): exit 1.
+    Io(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
 
 /// The flags `serve` and `ext-proc` share.
 #[derive(Debug, clap::Args)]

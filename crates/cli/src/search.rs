@@ -18,10 +18,9 @@ use std::path::PathBuf;
 
 use citestream_host::config::Config;
 use citestream_search::query::conversation_query;
-use citestream_search::{Search, SearchQuery, Source};
-use serde_json::{Map, Value};
+use citestream_search::{Search, SearchQuery};
 
-use super::Failure;
+use crate::process::Failure;
 
 /// The flags of `search`.
 #[derive(Debug, clap::Args)]
@@ -85,28 +84,10 @@ pub(crate) fn run(args: SearchArgs) -> Result<(), Failure> {
             e.kind().label()
         )))
     })?;
-    let array: Vec<Value> = sources.iter().map(to_json).collect();
     let mut out = io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, &array).map_err(io::Error::from)?;
+    // `Source: Serialize` writes the object the sources array has
+    // (docs/reference/request.md): absent fields left out.
+    serde_json::to_writer_pretty(&mut out, &sources).map_err(io::Error::from)?;
     out.write_all(b"\n")?;
     Ok(())
-}
-
-/// A source as an object of the sources array (docs/reference/request.md).
-fn to_json(s: &Source) -> Value {
-    let mut m = Map::new();
-    for (key, value) in [
-        ("title", &s.title),
-        ("url", &s.url),
-        ("text", &s.text),
-        ("heading", &s.heading),
-        ("author", &s.author),
-        ("year", &s.year),
-        ("reference", &s.reference),
-    ] {
-        if let Some(v) = value {
-            m.insert(key.into(), Value::String(v.clone()));
-        }
-    }
-    Value::Object(m)
 }

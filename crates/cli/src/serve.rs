@@ -14,7 +14,7 @@ use std::io::Write;
 
 use citestream_gateway::Gateway;
 
-use crate::Failure;
+use crate::process::Failure;
 use crate::process::{ServerArgs, signals};
 use citestream_host::config::{Config, ConfigError};
 use citestream_host::reload::Reloader;

@@ -5,7 +5,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, ChildStdout, Command};
 
-#[path = "support/serve.rs"]
 mod serve_support;
 
 use std::time::Duration;

@@ -7,7 +7,6 @@
 
 #[path = "../../host/tests/support/otlp.rs"]
 mod otlp;
-#[path = "support/serve.rs"]
 mod serve_support;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -164,10 +163,17 @@ fn a_request_is_one_trace_continuing_the_clients() {
         Some("local")
     );
     let upstream_span = by("upstream");
-    assert!(
-        attr(upstream_span, "citestream.headers_ms").is_some(),
-        "{upstream_span:?}"
-    );
+    assert_eq!(upstream_span.kind, 3, "SPAN_KIND_CLIENT");
+    let ms = |k: &str| -> f64 {
+        attr(upstream_span, k)
+            .unwrap_or_else(|| panic!("no {k}: {upstream_span:?}"))
+            .parse()
+            .unwrap()
+    };
+    // The time to the response head, then to the first body byte (where
+    // the span ends).
+    let (head, first) = (ms("citestream.headers_ms"), ms("citestream.first_byte_ms"));
+    assert!(0.0 < head && head <= first, "{head} {first}");
     // The model server got the trace, its parent the upstream span.
     let heads = heads.lock().unwrap();
     let tp = heads[0]

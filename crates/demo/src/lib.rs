@@ -88,8 +88,7 @@ mod wire;
 use bytes::Bytes;
 use citestream::Endpoint;
 
-/// The `model` of every demo response.
-pub const MODEL: &str = "citestream-demo";
+pub use wire::MODEL;
 
 /// The `created` of every chat response (2026-01-01T00:00:00Z): fixed, so a
 /// request always gets the same bytes.

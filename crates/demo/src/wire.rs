@@ -6,7 +6,8 @@
 
 use bytes::Bytes;
 
-use super::MODEL;
+/// The `model` of every demo response.
+pub const MODEL: &str = "citestream-demo";
 
 /// Everything a response needs, whatever its shape.
 #[derive(Debug)]

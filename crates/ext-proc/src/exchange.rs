@@ -14,6 +14,13 @@
 //! trailers        ─► unchanged (FULL_DUPLEX: the body ends first)
 //! ```
 //!
+//! Traces (`citestream_host::telemetry`, on with `log.otlp_endpoint`): a
+//! request that is ours opens the `request` span at its headers,
+//! continuing the `traceparent` Envoy sent; the request side runs in it,
+//! and the exchange opens the `upstream` span and sends its
+//! `traceparent` upstream with the request's header edits; the response
+//! headers are handled in a `response` span.
+//!
 //! Proxied and not-ours requests ask Envoy (with `allow_mode_override`)
 //! not to send their bodies; without it their bodies pass through the
 //! exchange unchanged.
@@ -28,6 +35,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use citestream_host::exchange::{BodyError, Exchange, Handling, RequestHead};
 use citestream_host::grounding::Grounding;
+use citestream_host::telemetry;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
     BodySendMode, HeaderSendMode,
@@ -36,6 +44,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
 };
+use tracing::Instrument;
 
 use crate::proto::{self, Chunk, Headers};
 use crate::response::{self, BodyMode};
@@ -52,6 +61,8 @@ pub(crate) struct Session {
     bypass: bool,
     /// The request body has been handled.
     requested: bool,
+    /// The `request` span (disabled when not ours or traces are off).
+    trace: tracing::Span,
 }
 
 impl Session {
@@ -63,6 +74,7 @@ impl Session {
             exchange: None,
             bypass: false,
             requested: false,
+            trace: tracing::Span::none(),
         }
     }
 
@@ -143,10 +155,15 @@ impl Session {
             .exchange
             .insert(Exchange::new(self.grounding.clone(), head));
         let handling = ex.handling();
+        if handling != Handling::NotOurs {
+            let path = headers.path.split(['?', '#']).next().unwrap_or_default();
+            self.trace = telemetry::request_span(&headers.method, path, ex.request_headers());
+        }
+        let trace = self.trace.clone();
         let edits = match handling {
             Handling::Grounded(_) => {
                 if let Err(r) = ex.authenticate() {
-                    return proto::immediate(r, "citestream_unauthorized");
+                    return immediate(&trace, r, "citestream_unauthorized");
                 }
                 if h.end_of_stream {
                     // A grounded endpoint without a body: the exchange
@@ -160,9 +177,9 @@ impl Session {
                 }
                 return proto::request_headers(&HeaderEdits::default());
             }
-            Handling::Proxied => match ex.on_request(None).await {
+            Handling::Proxied => match ex.on_request(None).instrument(trace.clone()).await {
                 Ok(f) => f.edits,
-                Err(r) => return proto::immediate(r, "citestream_unauthorized"),
+                Err(r) => return immediate(&trace, r, "citestream_unauthorized"),
             },
             Handling::NotOurs => HeaderEdits::default(),
         };
@@ -196,12 +213,18 @@ impl Session {
             return keep();
         }
         self.requested = true;
+        let trace = &self.trace;
         if b.body.len() as u64 > ex.max_request_body() {
-            return proto::immediate(ex.request_too_large(), "citestream_request_too_large");
+            let r = ex.request_too_large();
+            return immediate(trace, r, "citestream_request_too_large");
         }
         let original = Bytes::from(b.body);
-        match ex.on_request(Some(original.clone())).await {
-            Err(r) => proto::immediate(r, "citestream_invalid_request"),
+        match ex
+            .on_request(Some(original.clone()))
+            .instrument(trace.clone())
+            .await
+        {
+            Err(r) => immediate(trace, r, "citestream_invalid_request"),
             Ok(f) => {
                 let chunk = match f.body {
                     Some(body) if body != original => Chunk::Replace(body.to_vec()),
@@ -213,11 +236,17 @@ impl Session {
     }
 
     async fn response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
+        let trace = self.trace.clone();
         let Some(ex) = self.live() else {
             return proto::response_headers(&HeaderEdits::default());
         };
         let headers = Headers::read(h.headers.as_ref());
-        let head = ex.on_response_headers(headers.status, &headers.map).await;
+        let head = ex
+            .on_response_headers(headers.status, &headers.map)
+            .instrument(tracing::info_span!(parent: &trace, "response"))
+            .await;
+        let search = head.edits.get("x-citestream-search");
+        telemetry::record_reply(&trace, headers.status, search);
         if h.end_of_stream {
             // No body follows.
             ex.on_response_body(Bytes::new(), true);
@@ -287,6 +316,17 @@ fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Vec<u8>>, BodyError>
             Err(e) => return Err(e),
         }
     }
+}
+
+/// An immediate response (a rejected request), its status on the
+/// `request` span.
+fn immediate(
+    trace: &tracing::Span,
+    r: citestream_host::exchange::Reply,
+    details: &str,
+) -> ProcessingResponse {
+    telemetry::record_reply(trace, r.status, r.headers.get("x-citestream-search"));
+    proto::immediate(r, details)
 }
 
 /// The answer to a body that cannot be decoded: reset the client's

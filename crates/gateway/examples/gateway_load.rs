@@ -30,6 +30,15 @@
 //! numbers are comparisons within one run (the same machine, the same load
 //! generator), not absolute figures.
 //!
+//! `--cpu ROUNDS` runs only the CPU table instead: `serve` from `--bin`
+//! and, when given, from `--base-bin` (the same tree before a change), and
+//! `--bin` again with `TOKIO_WORKER_THREADS=1` (one worker: no cross-thread
+//! wake-ups); per workload (unpaced, one stream of 5,000 events; paced,
+//! 50 streams of 100 events 2 ms apart) and `web_search` off and on, in
+//! `ROUNDS` interleaved rounds, the CPU the `serve` process spent per event
+//! (its threads' `/proc/PID/task/*/schedstat`), and the per-event latency
+//! p50/p99; medians of the rounds.
+//!
 //! `--tracing LEVELS` runs only the tracing table instead: three `serve`
 //! processes, traces off, traces on (`log.otlp_endpoint` to an OTLP/HTTP
 //! collector in this process that reads and acknowledges every export) and
@@ -461,6 +470,8 @@ struct Args {
     rate: usize,
     tracing: Vec<usize>,
     rounds: usize,
+    cpu: usize,
+    base_bin: Option<PathBuf>,
 }
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
@@ -474,6 +485,8 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         rate: 10_000,
         tracing: Vec::new(),
         rounds: 5,
+        cpu: 0,
+        base_bin: None,
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -493,6 +506,8 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--rss-streams" => a.rss_streams = num()?.max(10),
             "--rate" => a.rate = num()?.max(1),
             "--rounds" => a.rounds = num()?.max(1),
+            "--cpu" => a.cpu = num()?.max(1),
+            "--base-bin" => a.base_bin = Some(PathBuf::from(value)),
             "--tracing" => {
                 a.tracing = value
                     .split(',')
@@ -550,6 +565,18 @@ fn spawn_gateway_with(
     name: &str,
     extra: &str,
 ) -> (Killed, String) {
+    spawn_gateway_env(bin, upstream, dir, name, extra, &[])
+}
+
+/// `spawn_gateway_with` with `env` set for the process.
+fn spawn_gateway_env(
+    bin: &PathBuf,
+    upstream: SocketAddr,
+    dir: &std::path::Path,
+    name: &str,
+    extra: &str,
+    env: &[(&str, &str)],
+) -> (Killed, String) {
     let sources = dir.join("sources.json");
     std::fs::write(
         &sources,
@@ -570,6 +597,7 @@ fn spawn_gateway_with(
         .port();
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
     let child = Command::new(bin)
+        .envs(env.iter().copied())
         .args(["serve", "--config"])
         .arg(&config)
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -642,6 +670,11 @@ async fn run(args: Args) {
         "gateway_load: {} cores, loopback; every number below is from this one run\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    if args.cpu > 0 {
+        cpu_table(&bench, &args, up_addr, &dir).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     if !args.tracing.is_empty() {
         tracing_table(&bench, &args, up_addr, &dir).await;
         let _ = std::fs::remove_dir_all(&dir);
@@ -762,16 +795,27 @@ async fn rss_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::p
     println!();
 }
 
-/// CPU time process `pid` has spent, over all its threads, in ns.
-fn cpu_ns(pid: u32) -> u64 {
+/// The sum over process `pid`'s threads of `count` applied to each
+/// thread's `/proc/PID/task/TID/<file>`.
+fn per_thread(pid: u32, file: &str, count: impl Fn(&str) -> u64) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
     tasks
         .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join(file)).ok())
+        .map(|s| count(&s))
         .sum()
+}
+
+/// CPU time process `pid` has spent, over all its threads, in ns.
+fn cpu_ns(pid: u32) -> u64 {
+    per_thread(pid, "schedstat", |s| {
+        s.split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -876,4 +920,162 @@ async fn tracing_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &st
         "\ncollector exports received: {}",
         exports.load(Ordering::Relaxed)
     );
+}
+
+/// Context switches (voluntary and not) of process `pid`, all threads.
+fn ctx_switches(pid: u32) -> u64 {
+    per_thread(pid, "status", |s| {
+        s.lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum()
+    })
+}
+
+/// Syscall counts of process `pid` (all threads) while `work` runs, from
+/// `strace -c -f -p`; `None` without strace.
+async fn strace_counts<F: std::future::Future<Output = usize>>(
+    pid: u32,
+    out: &std::path::Path,
+    work: F,
+) -> Option<(Vec<(String, u64)>, usize)> {
+    let mut st = Command::new("strace")
+        .args(["-c", "-f", "-o"])
+        .arg(out)
+        .args(["-p", &pid.to_string()])
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let events = work.await;
+    let _ = Command::new("kill")
+        .args(["-INT", &st.id().to_string()])
+        .status();
+    let _ = st.wait();
+    let text = std::fs::read_to_string(out).ok()?;
+    let counts = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // % time, seconds, usecs/call, calls, [errors], syscall
+            let calls = f.get(3)?.parse::<u64>().ok()?;
+            Some(((*f.last()?).to_owned(), calls))
+        })
+        .collect();
+    Some((counts, events))
+}
+
+/// One `serve` of the CPU table: its name, binary and environment.
+type Setup = (String, PathBuf, Vec<(&'static str, &'static str)>);
+
+/// CPU per event of `serve` builds side by side (see the module docs).
+async fn cpu_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::path::Path) {
+    let mut setups: Vec<Setup> = Vec::new();
+    if let Some(base) = &args.base_bin {
+        setups.push(("before (--base-bin)".into(), base.clone(), Vec::new()));
+    }
+    setups.push(("after (--bin)".into(), args.bin.clone(), Vec::new()));
+    setups.push((
+        "after, TOKIO_WORKER_THREADS=1".into(),
+        args.bin.clone(),
+        vec![("TOKIO_WORKER_THREADS", "1")],
+    ));
+    let mut gws = Vec::new();
+    for (i, (name, bin, env)) in setups.iter().enumerate() {
+        let (child, addr) = spawn_gateway_env(bin, up_addr, dir, &format!("cpu{i}"), "", env);
+        wait_ready(&bench.client, &addr).await;
+        let url = format!("http://{addr}{CHAT_PATH}");
+        run_level(bench, &url, true, 10, Job::new(50, 0, false)).await;
+        gws.push((name.clone(), child, url));
+    }
+    let workloads = [
+        ("unpaced 1 x 5000", 1usize, Job::new(5000, 0, false)),
+        ("paced 2 ms, 50 x 100", 50, Job::new(100, 2000, false)),
+    ];
+    println!(
+        "## CPU per event\n\n{} interleaved rounds, medians; CPU of the serve process (all threads) per event delivered.\n",
+        args.cpu
+    );
+    println!(
+        "| workload | web_search | build | CPU µs/event | vs first | ctx switches/event | p50 µs | p99 µs | events | errors |\n|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for (wname, n, job) in workloads {
+        for web_search in [false, true] {
+            let k = gws.len();
+            let (mut cpu, mut p50, mut p99) = (
+                vec![Vec::new(); k],
+                vec![Vec::new(); k],
+                vec![Vec::new(); k],
+            );
+            let (mut events, mut errors) = (vec![0; k], vec![0; k]);
+            let mut cs = vec![Vec::new(); k];
+            for _ in 0..args.cpu {
+                for (i, (_, child, url)) in gws.iter().enumerate() {
+                    let pid = child.0.id();
+                    let (c0, s0) = (cpu_ns(pid), ctx_switches(pid));
+                    let l = run_level(bench, url, web_search, n, job).await;
+                    let (c1, s1) = (cpu_ns(pid), ctx_switches(pid));
+                    cpu[i].push((c1 - c0) as f64 / 1000.0 / l.events.max(1) as f64);
+                    cs[i].push((s1 - s0) as f64 / l.events.max(1) as f64);
+                    p50[i].push(l.p50_us);
+                    p99[i].push(l.p99_us);
+                    events[i] += l.events;
+                    errors[i] += l.errors;
+                }
+            }
+            let base = median(&mut cpu[0].clone());
+            for (i, (name, _, _)) in gws.iter().enumerate() {
+                let c = median(&mut cpu[i]);
+                println!(
+                    "| {wname} | {} | {name} | {c:.2} | {:+.1}% | {:.2} | {:.1} | {:.1} | {} | {} |",
+                    if web_search { "on" } else { "off" },
+                    (c / base - 1.0) * 100.0,
+                    median(&mut cs[i]),
+                    median(&mut p50[i]),
+                    median(&mut p99[i]),
+                    events[i],
+                    errors[i]
+                );
+            }
+        }
+    }
+    println!(
+        "\n## Syscalls per event (strace -c -f on the serve process, unpaced 1 x 5000)\n\n| web_search | build | writes | reads | epoll_wait | futex | all |\n|---|---|---|---|---|---|---|"
+    );
+    for web_search in [false, true] {
+        for (i, (name, child, url)) in gws.iter().enumerate() {
+            let out = dir.join(format!("strace{i}.txt"));
+            let work = async {
+                run_level(bench, url, web_search, 1, Job::new(5000, 0, false))
+                    .await
+                    .events
+            };
+            let Some((counts, events)) = strace_counts(child.0.id(), &out, work).await else {
+                println!("| strace not available | | | | | | |");
+                return;
+            };
+            let per = |names: &[&str]| {
+                counts
+                    .iter()
+                    .filter(|(n, _)| names.contains(&n.as_str()))
+                    .map(|(_, c)| *c)
+                    .sum::<u64>() as f64
+                    / events.max(1) as f64
+            };
+            let all = counts
+                .iter()
+                .filter(|(n, _)| n != "total")
+                .map(|(_, c)| *c)
+                .sum::<u64>() as f64
+                / events.max(1) as f64;
+            println!(
+                "| {} | {name} | {:.2} | {:.2} | {:.2} | {:.2} | {all:.2} |",
+                if web_search { "on" } else { "off" },
+                per(&["write", "writev", "sendto", "sendmsg"]),
+                per(&["read", "readv", "recvfrom", "recvmsg"]),
+                per(&["epoll_wait", "epoll_pwait", "epoll_pwait2"]),
+                per(&["futex"]),
+            );
+        }
+    }
 }

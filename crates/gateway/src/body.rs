@@ -7,10 +7,20 @@
 //! its cap). Dropping a body (client gone) drops the upstream body inside
 //! it, which closes the upstream connection at once, and the exchange,
 //! which writes the request's log line.
+//!
+//! A body that fails makes hyper's HTTP/1 connection drop what it has
+//! buffered but not written yet; so on HTTP/1 an upstream break is
+//! reported only once the connection's socket was flushed after the last
+//! bytes were handed over ([`Flushes`]): every byte the upstream delivered
+//! reaches the client, then its response ends abnormally (no last chunk,
+//! or fewer bytes than its `content-length`). On HTTP/2 the break resets
+//! the stream at once (h2 offers no flush a body can wait for).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -32,12 +42,70 @@ pub(crate) fn full(b: impl Into<Bytes>) -> AnyBody {
         .boxed()
 }
 
+/// How long a broken body waits for the client's socket to take what is
+/// buffered for it before failing anyway (a client that stopped reading).
+const FLUSH_GRACE: Duration = Duration::from_secs(10);
+
+/// The flushes of one HTTP/1 client connection's socket, for a body
+/// waiting until what hyper buffered for it has been written (see the
+/// module docs).
+///
+/// hyper's HTTP/1 connection flushes the socket only once its own write
+/// buffer is empty, and flushes after every poll of the body, so a flush
+/// after a body's last frame means that frame has reached the kernel.
+/// Counting costs nothing while no body waits: one load per flush.
+#[derive(Debug, Default)]
+pub(crate) struct Flushes {
+    count: AtomicU64,
+    waiting: AtomicUsize,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl Flushes {
+    /// The socket was flushed (called by the connection's I/O).
+    pub(crate) fn flushed(&self) {
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        self.count.fetch_add(1, Ordering::SeqCst);
+        let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
+        self.waiting.store(0, Ordering::SeqCst);
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// Ready once a flush happened after `mark` (a value of [`Flushes::mark`]).
+    fn poll_since(&self, mark: u64, cx: &mut Context<'_>) -> Poll<()> {
+        if self.count.load(Ordering::SeqCst) > mark {
+            return Poll::Ready(());
+        }
+        let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            wakers.push(cx.waker().clone());
+        }
+        self.waiting.store(wakers.len(), Ordering::SeqCst);
+        Poll::Pending
+    }
+
+    fn mark(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+/// A broken body waiting for the flush of what it handed over.
+struct FlushWait {
+    mark: u64,
+    grace: Pin<Box<tokio::time::Sleep>>,
+}
+
 /// The upstream's body through the exchange: each upstream piece is handed
 /// to it and its output forwarded before the next piece is read. An
 /// upstream error ends the output after the exchange has flushed what it
-/// holds, then fails the client's stream (so it sees a broken response,
-/// not a complete one). Trailers pass only when the body is not
-/// rewritten (they have no place in a rewritten stream).
+/// holds and the client's socket has taken all of it (or
+/// [`FLUSH_GRACE`] passed), then fails the client's stream (so it sees a
+/// broken response, not a complete one). Trailers pass only when the body
+/// is not rewritten (they have no place in a rewritten stream).
 pub(crate) struct Exchanged {
     head: Option<Bytes>,
     upstream: AnyBody,
@@ -45,11 +113,19 @@ pub(crate) struct Exchanged {
     finished: bool,
     error: Option<BoxError>,
     trailers: bool,
+    flushes: Option<Arc<Flushes>>,
+    wait: Option<FlushWait>,
 }
 
 impl Exchanged {
-    /// `trailers`: pass the upstream's trailers on.
-    pub(crate) fn new(upstream: AnyBody, exchange: Exchange, trailers: bool) -> Self {
+    /// `trailers`: pass the upstream's trailers on; `flushes`: those of the
+    /// client's HTTP/1 connection (`None` on HTTP/2).
+    pub(crate) fn new(
+        upstream: AnyBody,
+        exchange: Exchange,
+        trailers: bool,
+        flushes: Option<Arc<Flushes>>,
+    ) -> Self {
         Exchanged {
             head: None,
             upstream,
@@ -57,6 +133,8 @@ impl Exchanged {
             finished: false,
             error: None,
             trailers,
+            flushes,
+            wait: None,
         }
     }
 
@@ -89,6 +167,9 @@ impl Body for Exchanged {
                 }
             }
             if this.finished {
+                if this.error.is_some() {
+                    ready!(this.poll_flushed(cx));
+                }
                 return Poll::Ready(this.error.take().map(Err));
             }
             match ready!(Pin::new(&mut this.upstream).poll_frame(cx)) {
@@ -112,6 +193,24 @@ impl Body for Exchanged {
 
     fn is_end_stream(&self) -> bool {
         false
+    }
+}
+
+impl Exchanged {
+    /// Ready once the client's socket was flushed after everything this
+    /// body handed over, or the grace is over.
+    fn poll_flushed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(flushes) = &self.flushes else {
+            return Poll::Ready(());
+        };
+        let w = self.wait.get_or_insert_with(|| FlushWait {
+            mark: flushes.mark(),
+            grace: Box::pin(tokio::time::sleep(FLUSH_GRACE)),
+        });
+        if flushes.poll_since(w.mark, cx).is_ready() {
+            return Poll::Ready(());
+        }
+        w.grace.as_mut().poll(cx)
     }
 }
 

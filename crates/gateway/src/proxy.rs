@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 use citestream_host::telemetry;
 
-use crate::body::{AnyBody, Exchanged, full};
+use crate::body::{AnyBody, Exchanged, Flushes, full};
 use crate::upstream::{OutBody, Upstream, UpstreamFailure, json_response};
 
 /// What every request shares.
@@ -53,6 +53,7 @@ pub(crate) async fn handle(
     state: Arc<State>,
     req: Request<Incoming>,
     client: Option<SocketAddr>,
+    flushes: Arc<Flushes>,
 ) -> Result<Response<AnyBody>, Infallible> {
     if let Some(r) = probe(&state, &req) {
         tracing::debug!(
@@ -65,15 +66,11 @@ pub(crate) async fn handle(
         return Ok(r);
     }
     let span = telemetry::request_span(req.method().as_str(), req.uri().path(), req.headers());
-    let resp = exchange(state, req, client).instrument(span.clone()).await;
-    telemetry::record_status(&span, resp.status().as_u16());
-    if let Some(v) = resp
-        .headers()
-        .get("x-citestream-search")
-        .and_then(|v| v.to_str().ok())
-    {
-        span.record("citestream.search", v);
-    }
+    let resp = exchange(state, req, client, flushes)
+        .instrument(span.clone())
+        .await;
+    let search = resp.headers().get("x-citestream-search");
+    telemetry::record_reply(&span, resp.status().as_u16(), search);
     Ok(resp)
 }
 
@@ -82,8 +79,11 @@ async fn exchange(
     state: Arc<State>,
     req: Request<Incoming>,
     client: Option<SocketAddr>,
+    flushes: Arc<Flushes>,
 ) -> Response<AnyBody> {
     let (parts, body) = req.into_parts();
+    // Only HTTP/1 waits for flushes (see `Flushes`).
+    let flushes = (parts.version < http::Version::HTTP_2).then_some(flushes);
     let path = parts
         .uri
         .path_and_query()
@@ -124,29 +124,8 @@ async fn exchange(
     let mut up = Request::new(up_body);
     *up.method_mut() = method;
     *up.uri_mut() = uri;
-    *up.headers_mut() = headers;
-    let upstream = tracing::info_span!(
-        "upstream",
-        otel.kind = "client",
-        http.response.status_code = tracing::field::Empty,
-        citestream.headers_ms = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    );
-    telemetry::inject_trace(&upstream, up.headers_mut());
-    let t0 = std::time::Instant::now();
-    let sent = state
-        .upstream
-        .send(ex.endpoint(), up)
-        .instrument(upstream.clone())
-        .await;
-    upstream.record("citestream.headers_ms", t0.elapsed().as_secs_f64() * 1000.0);
-    match &sent {
-        Ok(r) => telemetry::record_status(&upstream, r.status().as_u16()),
-        Err(_) => {
-            upstream.record("otel.status_code", "ERROR");
-        }
-    }
-    drop(upstream);
+    *up.headers_mut() = headers; // with the exchange's `traceparent` (its upstream span)
+    let sent = state.upstream.send(ex.endpoint(), up).await;
     let resp = match sent {
         Ok(r) => r,
         Err(f) => {
@@ -154,7 +133,7 @@ async fn exchange(
             return reply(ex.on_error(class, &detail).await);
         }
     };
-    respond(ex, resp)
+    respond(ex, resp, flushes)
         .instrument(tracing::info_span!("response"))
         .await
 }
@@ -228,7 +207,11 @@ fn failure_class(f: UpstreamFailure) -> (FailureClass, String) {
 }
 
 /// The upstream's response, as the exchange decides.
-async fn respond(mut ex: Exchange, resp: Response<AnyBody>) -> Response<AnyBody> {
+async fn respond(
+    mut ex: Exchange,
+    resp: Response<AnyBody>,
+    flushes: Option<Arc<Flushes>>,
+) -> Response<AnyBody> {
     let (mut parts, mut body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let head = ex
@@ -237,7 +220,7 @@ async fn respond(mut ex: Exchange, resp: Response<AnyBody>) -> Response<AnyBody>
     head.edits.apply(&mut parts.headers);
     if head.body != BodyPlan::Whole {
         let trailers = head.body == BodyPlan::Pass;
-        return Response::from_parts(parts, Exchanged::new(body, ex, trailers).boxed());
+        return Response::from_parts(parts, Exchanged::new(body, ex, trailers, flushes).boxed());
     }
     // A whole body: read until the exchange has output.
     let mut ended = false;
@@ -268,7 +251,7 @@ async fn respond(mut ex: Exchange, resp: Response<AnyBody>) -> Response<AnyBody>
         };
         if !ended {
             // Over the cap: the rest passes through the exchange.
-            let rest = Exchanged::new(body, ex, false).after(first);
+            let rest = Exchanged::new(body, ex, false, flushes).after(first);
             return Response::from_parts(parts, rest.boxed());
         }
         // The whole rewritten body (one piece, or a few when it was passed

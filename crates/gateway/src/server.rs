@@ -18,8 +18,10 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use citestream_host::reload::Swap;
@@ -28,8 +30,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::body::Flushes;
 use crate::proxy::{State, handle};
 
 /// The HTTP/2 connection preface.
@@ -102,9 +106,15 @@ pub(crate) async fn serve(
             if !preface_arrives(&stream, header_timeout).await {
                 return;
             }
+            let flushes = Arc::new(Flushes::default());
+            let io = Watched {
+                io: stream,
+                flushes: flushes.clone(),
+            };
             // The state of the moment, once per request.
-            let svc = service_fn(move |req| handle(live.state.load(), req, Some(peer)));
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            let svc =
+                service_fn(move |req| handle(live.state.load(), req, Some(peer), flushes.clone()));
+            let conn = builder.serve_connection(TokioIo::new(io), svc);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
@@ -143,6 +153,58 @@ pub(crate) async fn serve(
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("drained"),
         () = tokio::time::sleep(grace) => tracing::warn!("shutdown grace over; closing the open connections"),
+    }
+}
+
+/// A client connection's socket, telling its bodies when it was flushed
+/// (see [`Flushes`]).
+struct Watched {
+    io: TcpStream,
+    flushes: Arc<Flushes>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_flush(cx);
+        if r.is_ready() {
+            this.flushes.flushed();
+        }
+        r
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 

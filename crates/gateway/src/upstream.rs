@@ -53,7 +53,7 @@ use citestream_host::config::Config;
 use citestream_host::errors::ErrorShape;
 use citestream_host::metrics::{Metrics, UpstreamRetry};
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, Response, StatusCode, Uri};
+use http::{Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper_rustls::HttpsConnector;
@@ -62,6 +62,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use crate::body::{AnyBody, Paced, full};
 use crate::demo;
 use conn::{Clients, PoolSettings};
+#[cfg(test)]
+use route::Base;
 use route::Routes;
 use tunnel::{ProxyEnv, Tunnel};
 
@@ -93,49 +95,6 @@ pub(crate) enum OutBody {
     Whole(Bytes),
     /// Streamed from the client (pass-through): sent once, unless empty.
     Streamed(AnyBody),
-}
-
-/// A base URL split into its parts.
-#[derive(Clone, Debug)]
-pub(crate) struct Base {
-    scheme: http::uri::Scheme,
-    authority: http::uri::Authority,
-    /// The path without a trailing `/` (`""` for the root).
-    path: String,
-}
-
-impl Base {
-    fn parse(url: &str) -> Option<Base> {
-        let uri: Uri = url.parse().ok()?;
-        let p = uri.into_parts();
-        let path = p
-            .path_and_query
-            .map(|pq| pq.path().trim_end_matches('/').to_owned())
-            .unwrap_or_default();
-        Some(Base {
-            scheme: p.scheme?,
-            authority: p.authority?,
-            path,
-        })
-    }
-
-    /// The upstream URI of a request's path and query.
-    fn join(&self, path_and_query: &str) -> Result<Uri, http::Error> {
-        let tail = match path_and_query.strip_prefix("/v1") {
-            Some(rest)
-                if self.path.ends_with("/v1")
-                    && (rest.is_empty() || rest.starts_with(['/', '?'])) =>
-            {
-                rest
-            }
-            _ => path_and_query,
-        };
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(format!("{}{tail}", self.path))
-            .build()
-    }
 }
 
 /// The upstream: an HTTP(S) model server, or the demo model.

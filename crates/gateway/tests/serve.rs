@@ -8,22 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use citestream::{ChatStream, MessagesStream, RewriteOptions, Sources, StreamRewriter};
+use citestream::{ChatStream, MessagesStream, RewriteOptions, Sources};
 use common::*;
 use http_body_util::BodyExt;
 use serde_json::Value;
 
 fn lisbon_sources() -> Arc<Sources> {
     Arc::new(Sources::from_json(&lisbon("sources.json")).unwrap())
-}
-
-fn rewrite_all(mut r: impl StreamRewriter, input: &Bytes) -> Bytes {
-    let mut out = Vec::new();
-    r.feed(input.clone());
-    r.drain_into(&mut out);
-    r.finish();
-    r.drain_into(&mut out);
-    out.into()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,8 +45,7 @@ use crate::config::{AuthMode, Config, ConfigError, PlanConfig};
 
 /// The account of open mode.
 pub const ANONYMOUS: &str = "anonymous";
-/// The plan of open mode, and of accounts that name none.
-pub const DEFAULT_PLAN: &str = "default";
+pub use crate::config::DEFAULT_PLAN;
 
 /// One account with its plan resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,83 +116,33 @@ pub fn hash_key(key: &str) -> String {
     s
 }
 
-fn parse_hash(s: &str) -> Option<[u8; 32]> {
-    let hex = s.strip_prefix("sha256:")?;
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
 impl Accounts {
-    /// Resolves `[auth]`, `[plans]` and `[[accounts]]`.
+    /// Resolves `[auth]`, `[plans]` and `[[accounts]]`, as the config's
+    /// one copy of the accounts rules (`Config::checked_accounts`) checks them.
     ///
     /// # Errors
     /// A [`ConfigError`] naming the key: an unknown plan, a malformed or
     /// duplicate key hash, a duplicate account id, `keys` mode without any
     /// key.
     pub fn from_config(cfg: &Config) -> Result<Accounts, ConfigError> {
-        let default_plan = PlanConfig::default();
-        let plan_limit = |name: &str| -> Option<u32> {
-            match cfg.plans.get(name) {
-                Some(p) => Some(p.searches_per_day),
-                None if name == DEFAULT_PLAN => Some(default_plan.searches_per_day),
-                None => None,
-            }
-        };
         let anonymous = Account {
             id: ANONYMOUS.to_owned(),
             plan: DEFAULT_PLAN.to_owned(),
-            searches_per_day: plan_limit(DEFAULT_PLAN).unwrap_or(default_plan.searches_per_day),
+            searches_per_day: cfg
+                .plan_limit(DEFAULT_PLAN)
+                .unwrap_or(PlanConfig::default().searches_per_day),
         };
         let mut accounts = Vec::with_capacity(cfg.accounts.len());
         let mut by_hash = HashMap::new();
-        for (i, a) in cfg.accounts.iter().enumerate() {
-            if a.id.is_empty() {
-                return Err(ConfigError::new(
-                    format!("accounts[{i}].id"),
-                    "must not be empty",
-                ));
-            }
-            if accounts.iter().any(|b: &Account| b.id == a.id) {
-                return Err(ConfigError::new(
-                    format!("accounts[{i}].id"),
-                    format!("account {:?} is listed twice", a.id),
-                ));
-            }
-            let limit = plan_limit(&a.plan).ok_or_else(|| {
-                ConfigError::new(
-                    format!("accounts[{i}].plan"),
-                    format!("no plan {:?} (add a [plans.{}] table)", a.plan, a.plan),
-                )
-            })?;
-            for (j, k) in a.keys.iter().enumerate() {
-                let key = format!("accounts[{i}].keys[{j}]");
-                let h = parse_hash(k).ok_or_else(|| {
-                    ConfigError::new(
-                        key.clone(),
-                        "keys are stored hashed: expected \"sha256:<64 hex digits>\" (the SHA-256 of the key)",
-                    )
-                })?;
-                if by_hash.insert(h, accounts.len()).is_some() {
-                    return Err(ConfigError::new(key, "this key is listed twice"));
-                }
+        for a in cfg.checked_accounts()? {
+            for h in a.key_hashes {
+                by_hash.insert(h, accounts.len());
             }
             accounts.push(Account {
-                id: a.id.clone(),
-                plan: a.plan.clone(),
-                searches_per_day: limit,
+                id: a.id.to_owned(),
+                plan: a.plan.to_owned(),
+                searches_per_day: a.searches_per_day,
             });
-        }
-        if cfg.auth.mode == AuthMode::Keys && by_hash.is_empty() {
-            return Err(ConfigError::new(
-                "auth.mode",
-                "\"keys\" needs at least one [[accounts]] entry with keys",
-            ));
         }
         Ok(Accounts {
             mode: cfg.auth.mode,
@@ -359,7 +308,7 @@ mod tests {
             hash_key("abc"),
             "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        assert!(parse_hash(&hash_key("abc")).is_some());
-        assert!(parse_hash("sha256:zz").is_none());
+        assert!(crate::config::parse_key_hash(&hash_key("abc")).is_some());
+        assert!(crate::config::parse_key_hash("sha256:zz").is_none());
     }
 }

@@ -457,8 +457,35 @@ pub struct AccountConfig {
     pub keys: Vec<String>,
 }
 
+/// The plan of open mode, and of accounts that name none; it exists even
+/// when not configured (100 searches per day).
+pub const DEFAULT_PLAN: &str = "default";
+
+/// One `[[accounts]]` entry as [`Config::checked_accounts`] checked it:
+/// its plan's daily limit and its keys' SHA-256 hashes.
+#[derive(Debug)]
+pub(crate) struct CheckedAccount<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) plan: &'a str,
+    pub(crate) searches_per_day: u32,
+    pub(crate) key_hashes: Vec<[u8; 32]>,
+}
+
+/// The 32 bytes of a `sha256:<64 hex digits>` key hash.
+pub(crate) fn parse_key_hash(s: &str) -> Option<[u8; 32]> {
+    let hex = s.strip_prefix("sha256:")?;
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
 fn default_plan() -> String {
-    "default".to_owned()
+    DEFAULT_PLAN.to_owned()
 }
 
 /// A start-up error: one line naming the key (or variable) at fault.
@@ -693,7 +720,79 @@ impl Config {
                 format!("unknown placeholder {p} (known: {})", known.join(" ")),
             ));
         }
-        crate::auth::Accounts::from_config(self).map(drop)
+        self.checked_accounts().map(drop)
+    }
+
+    /// The daily limit of the plan `name`: its `[plans.NAME]` table, or
+    /// the built-in one of [`DEFAULT_PLAN`] when that is not configured;
+    /// `None` for any other plan that is not configured.
+    #[must_use]
+    pub fn plan_limit(&self, name: &str) -> Option<u32> {
+        match self.plans.get(name) {
+            Some(p) => Some(p.searches_per_day),
+            None if name == DEFAULT_PLAN => Some(PlanConfig::default().searches_per_day),
+            None => None,
+        }
+    }
+
+    /// `[[accounts]]` checked against `[plans]` and `auth.mode`: the one
+    /// copy of those rules (loading runs it; the accounts the hosts
+    /// authenticate with are built from its answer).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the key: an empty or duplicate account id,
+    /// an unknown plan, a malformed or duplicate key hash, `keys` mode
+    /// without any key.
+    pub(crate) fn checked_accounts(&self) -> Result<Vec<CheckedAccount<'_>>, ConfigError> {
+        let mut out: Vec<CheckedAccount<'_>> = Vec::with_capacity(self.accounts.len());
+        let mut hashes = std::collections::HashSet::new();
+        for (i, a) in self.accounts.iter().enumerate() {
+            if a.id.is_empty() {
+                return Err(ConfigError::new(
+                    format!("accounts[{i}].id"),
+                    "must not be empty",
+                ));
+            }
+            if out.iter().any(|b| b.id == a.id) {
+                return Err(ConfigError::new(
+                    format!("accounts[{i}].id"),
+                    format!("account {:?} is listed twice", a.id),
+                ));
+            }
+            let searches_per_day = self.plan_limit(&a.plan).ok_or_else(|| {
+                ConfigError::new(
+                    format!("accounts[{i}].plan"),
+                    format!("no plan {:?} (add a [plans.{}] table)", a.plan, a.plan),
+                )
+            })?;
+            let mut key_hashes = Vec::with_capacity(a.keys.len());
+            for (j, k) in a.keys.iter().enumerate() {
+                let key = format!("accounts[{i}].keys[{j}]");
+                let h = parse_key_hash(k).ok_or_else(|| {
+                    ConfigError::new(
+                        key.clone(),
+                        "keys are stored hashed: expected \"sha256:<64 hex digits>\" (the SHA-256 of the key)",
+                    )
+                })?;
+                if !hashes.insert(h) {
+                    return Err(ConfigError::new(key, "this key is listed twice"));
+                }
+                key_hashes.push(h);
+            }
+            out.push(CheckedAccount {
+                id: &a.id,
+                plan: &a.plan,
+                searches_per_day,
+                key_hashes,
+            });
+        }
+        if self.auth.mode == AuthMode::Keys && hashes.is_empty() {
+            return Err(ConfigError::new(
+                "auth.mode",
+                "\"keys\" needs at least one [[accounts]] entry with keys",
+            ));
+        }
+        Ok(out)
     }
 
     /// The response rewriter's options from `[rewrite]` (`n` is set per

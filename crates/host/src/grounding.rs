@@ -9,11 +9,13 @@
 //!   the whole request body, and returns either an [`ErrorReply`] (401 for
 //!   a missing or unknown key in `keys` mode, 400 for a body the flow
 //!   refuses), or a [`Grounded`] request: the body to send upstream, the
-//!   [`ResponsePlan`] when the response must be rewritten, the
+//!   [`ResponsePlan`](citestream::flow::ResponsePlan) when the response must be rewritten, the
 //!   [`Outcome`], the values of the `x-citestream-search` and
 //!   `x-citestream-searches-remaining` headers, and the search the sources
-//!   used, still reserved ([`Grounded::pending`]): commit it when the
-//!   upstream answers 2xx, release it otherwise; dropping it releases it.
+//!   used, still reserved (the core's [`citestream::quota::Reservation`]
+//!   in [`Grounded::prepared`], holding the host's [`Store`]): commit it
+//!   when the upstream answers 2xx, release it otherwise; dropping it
+//!   releases it.
 //! * A search failure, an empty result, a used-up quota or an unreachable
 //!   quota store never fail the request: it goes upstream without sources
 //!   (docs/reference/responses.md, "Errors and bad input").
@@ -34,12 +36,10 @@ use tracing::Instrument;
 
 use bytes::Bytes;
 use citestream::RewriteOptions;
-use citestream::flow::{Flow, Outcome, ResponsePlan};
+use citestream::flow::{Flow, Outcome, Prepared};
 use citestream::quota::{Clock, QuotaStore, SystemClock, utc_day};
-use citestream::request::{Endpoint, InjectOptions};
+use citestream::request::{Endpoint, InjectOptions, SearchQuery};
 use citestream_search::{Search, SearchErrorKind};
-
-use citestream::quota::{QuotaError, Reservation, Ticket};
 
 use crate::auth::{Account, Accounts};
 use crate::config::{AuthMode, Config, ConfigError};
@@ -83,66 +83,41 @@ pub(crate) struct KeyRules {
     pub(crate) strip_client: bool,
 }
 
-/// A search reserved for a grounded request, until the upstream answers:
-/// [`PendingSearch::commit`] on a 2xx, [`PendingSearch::release`]
-/// otherwise. Dropping it releases it at once (see [`crate::store`]).
-#[derive(Debug)]
-#[must_use = "dropping a pending search releases it"]
-pub struct PendingSearch {
-    store: Store,
-    ticket: Option<Ticket>,
+/// The start-up warning for `open` mode with an upstream key on an address
+/// other hosts can reach, if `cfg` deserves it.
+#[must_use]
+pub fn key_warning(cfg: &Config) -> Option<String> {
+    let ip = cfg.server.listen.ip();
+    (cfg.auth.mode == AuthMode::Open && !cfg.upstream.api_key.is_empty() && !ip.is_loopback()).then(
+        || {
+            format!(
+                "auth.mode = \"open\" with upstream.api_key set, listening on {}: \
+                 anyone who can reach it spends that key (use auth.mode = \"keys\")",
+                cfg.server.listen
+            )
+        },
+    )
 }
 
-impl PendingSearch {
-    fn new(store: &Store, r: Reservation<'_, Store>) -> Option<PendingSearch> {
-        r.into_ticket().map(|t| PendingSearch {
-            store: store.clone(),
-            ticket: Some(t),
-        })
-    }
-
-    /// Counts the search (the upstream accepted the grounded request).
-    ///
-    /// # Errors
-    /// The store could not be asked (the reservation then expires with
-    /// its lease).
-    pub async fn commit(mut self) -> Result<bool, QuotaError> {
-        match self.ticket.take() {
-            Some(t) => Reservation::new(&self.store, t).commit().await,
-            None => Ok(false),
-        }
-    }
-
-    /// Gives the search back (the upstream failed or the client left).
-    ///
-    /// # Errors
-    /// The store could not be asked.
-    pub async fn release(mut self) -> Result<bool, QuotaError> {
-        match self.ticket.take() {
-            Some(t) => Reservation::new(&self.store, t).release().await,
-            None => Ok(false),
-        }
-    }
+/// What a search that ran tells the log.
+struct Ran {
+    cache: crate::cache::CacheResult,
+    time: std::time::Duration,
+    query_chars: usize,
 }
 
-impl Drop for PendingSearch {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            drop(Reservation::new(&self.store, t)); // released on drop
-        }
-    }
-}
-
-/// A request ready to go upstream.
+/// A request ready to go upstream: what the core's flow decided
+/// ([`Prepared`]: the body to forward, the
+/// [`ResponsePlan`](citestream::flow::ResponsePlan), the
+/// [`Outcome`], the reserved search) and what the host learnt on the way.
 #[derive(Debug)]
 pub struct Grounded {
-    /// The body to forward (`web_search` removed; sources injected when
-    /// `plan` is `Some`).
-    pub body: Bytes,
-    /// `Some`: rewrite the response with it. `None`: pass it through.
-    pub plan: Option<ResponsePlan>,
-    /// Why sources were or were not injected.
-    pub outcome: Outcome,
+    /// The flow's end. Its `reservation` (`Some` only with a `plan`) is
+    /// the search the sources used, reserved in the host's [`Store`] until
+    /// the upstream answers: commit it on a 2xx, release it otherwise;
+    /// dropping it releases it at once (see [`crate::store`]). Its
+    /// `errors` are already logged and counted.
+    pub prepared: Prepared<Store>,
     /// The account's searches left today, when a search was asked for and
     /// the quota store could be asked.
     pub remaining: Option<u32>,
@@ -154,9 +129,6 @@ pub struct Grounded {
     pub stream: bool,
     /// The request's `model` (for logs).
     pub model: Option<String>,
-    /// The search the sources used, reserved until the upstream answers
-    /// (`Some` only with a `plan`).
-    pub pending: Option<PendingSearch>,
     /// How long the search took, when one ran.
     pub search_time: Option<std::time::Duration>,
     /// Characters of the formed search query (what the provider was
@@ -168,7 +140,7 @@ impl Grounded {
     /// The `x-citestream-search` header value.
     #[must_use]
     pub fn search_header(&self) -> &'static str {
-        self.outcome.as_str()
+        self.prepared.outcome.as_str()
     }
 
     /// The `x-citestream-searches-remaining` header value, when there is
@@ -196,19 +168,30 @@ impl Grounding {
     /// # Errors
     /// As [`Grounding::new`].
     pub async fn with_clock(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Grounding, ConfigError> {
+        Grounding::build(cfg, clock, Arc::new(Metrics::new())).await
+    }
+
+    /// [`Grounding::with_clock`] recording in `metrics` (the search's
+    /// resends too).
+    async fn build(
+        cfg: &Config,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Grounding, ConfigError> {
         let clock = SharedClock(clock);
         let accounts = Accounts::from_config(cfg)?;
         let store = Store::from_config(cfg, clock.clone())?;
         let cache = crate::cache::SearchCache::from_config(cfg, &store)?;
         // The setup error's message names the key itself.
         let tls = crate::tls::client_config(&cfg.tls)?;
-        let search = Search::with_tls(&cfg.search, Some(&tls))
-            .map_err(|e| ConfigError::new("", e.to_string()))?;
+        let search =
+            Search::with_tls_and_resends(&cfg.search, Some(&tls), metrics.search_resends())
+                .map_err(|e| ConfigError::new("", e.to_string()))?;
         let keys = KeyRules {
             api_key: (!cfg.upstream.api_key.is_empty()).then(|| cfg.upstream.api_key.clone()),
             strip_client: cfg.auth.mode == AuthMode::Keys && !cfg.upstream.forward_client_auth,
         };
-        if let Some(w) = crate::exchange::key_warning(cfg) {
+        if let Some(w) = key_warning(cfg) {
             tracing::warn!("{w}");
         }
         Ok(Grounding {
@@ -218,7 +201,7 @@ impl Grounding {
             cache,
             inject: cfg.inject_options(),
             rewrite: cfg.rewrite_options(),
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             clock,
             limits: Limits {
                 max_request_body: cfg.server.max_request_body.0,
@@ -239,8 +222,7 @@ impl Grounding {
     /// # Errors
     /// As [`Grounding::new`].
     pub async fn reloaded(&self, cfg: &Config, keep_store: bool) -> Result<Grounding, ConfigError> {
-        let mut g = Grounding::with_clock(cfg, self.clock.0.clone()).await?;
-        g.metrics = self.metrics.clone();
+        let mut g = Grounding::build(cfg, self.clock.0.clone(), self.metrics.clone()).await?;
         if keep_store {
             g.store = self.store.clone();
         }
@@ -330,68 +312,26 @@ impl Grounding {
         drop(auth);
         let limit = account.searches_per_day();
         let reserve = tracing::info_span!("quota.reserve", citestream.account = account.id());
-        let flow = match Flow::start(&self.store, account.id(), limit, endpoint, body)
+        let flow = match Flow::start(self.store.clone(), account.id(), limit, endpoint, body)
             .instrument(reserve)
             .await
         {
             Ok(f) => f,
             Err(e) => return Err(ErrorReply::from(&e)),
         };
-        let mut cache = crate::cache::CacheResult::Off;
         let asked = flow.inspection().web_search();
         let stream = flow.inspection().stream();
         let model = flow.inspection().model().map(str::to_owned);
-        let mut search_time = None;
-        let mut query_chars = None;
-        let prepared = match flow.query().cloned() {
-            None => flow.finish(Vec::new(), &self.inject).await,
+        let (prepared, ran) = match flow.query().cloned() {
+            None => (flow.finish(Vec::new(), &self.inject).await, None),
             Some(q) => {
-                let t0 = Instant::now();
-                // The cache keys on the query the provider is given, and
-                // the log counts its characters.
-                let formed = self.search.form(&q).await;
-                query_chars = Some(formed.text().chars().count());
-                tracing::debug!(query = %formed.text(), "search query");
-                let span = tracing::info_span!(
-                    "search",
-                    citestream.provider = self.search.provider_name(),
-                    citestream.results = tracing::field::Empty,
-                    citestream.cache = tracing::field::Empty,
-                );
-                let searched = (self.cache)
-                    .search(self.search.provider_name(), formed.text(), || {
-                        self.search.search_formed(&formed)
-                    })
-                    .instrument(span.clone())
-                    .await;
-                span.record("citestream.cache", searched.cache.as_str());
-                search_time = Some(t0.elapsed());
-                cache = searched.cache;
-                if let Some(hit) = cache.is_hit() {
-                    self.metrics.search_cache(hit);
-                }
-                match searched.result {
-                    Ok(found) => {
-                        span.record("citestream.results", found.len());
-                        let r = if found.is_empty() {
-                            SearchResult::NothingFound
-                        } else {
-                            SearchResult::Found
-                        };
-                        self.metrics.search(r, t0.elapsed());
-                        flow.finish(found, &self.inject).await
-                    }
-                    Err(e) => {
-                        let r = if e.kind() == SearchErrorKind::Timeout {
-                            SearchResult::Timeout
-                        } else {
-                            SearchResult::Error
-                        };
-                        self.metrics.search(r, t0.elapsed()); // `search` logged it
-                        flow.fail().await
-                    }
-                }
+                let (prepared, ran) = self.search_and_finish(flow, &q).await;
+                (prepared, Some(ran))
             }
+        };
+        let (cache, search_time, query_chars) = match ran {
+            Some(r) => (r.cache, Some(r.time), Some(r.query_chars)),
+            None => (crate::cache::CacheResult::Off, None, None),
         };
         for e in &prepared.errors {
             self.metrics.quota_error();
@@ -406,22 +346,74 @@ impl Grounding {
             Outcome::QuotaUnavailable => None,
             _ => self.remaining(account.id(), limit).await,
         };
-        let pending = prepared
-            .reservation
-            .and_then(|r| PendingSearch::new(&self.store, r));
         Ok(Grounded {
-            body: prepared.body,
-            plan: prepared.plan,
-            outcome: prepared.outcome,
+            prepared,
             remaining,
             cache,
             account: account.id().to_owned(),
             stream,
             model,
-            pending,
             search_time,
             query_chars,
         })
+    }
+
+    /// Forms the query of `q`, runs the search (through the cache) and
+    /// ends `flow` with what it found, or failed; counts the search.
+    async fn search_and_finish(
+        &self,
+        flow: Flow<Store>,
+        q: &SearchQuery,
+    ) -> (Prepared<Store>, Ran) {
+        let t0 = Instant::now();
+        // The cache keys on the query the provider is given, and the log
+        // counts its characters.
+        let formed = self.search.form(q).await;
+        let query_chars = formed.text().chars().count();
+        tracing::debug!(query = %formed.text(), "search query");
+        let span = tracing::info_span!(
+            "search",
+            citestream.provider = self.search.provider_name(),
+            citestream.results = tracing::field::Empty,
+            citestream.cache = tracing::field::Empty,
+        );
+        let searched = (self.cache)
+            .search(self.search.provider_name(), formed.text(), || {
+                self.search.search_formed(&formed)
+            })
+            .instrument(span.clone())
+            .await;
+        span.record("citestream.cache", searched.cache.as_str());
+        let ran = Ran {
+            cache: searched.cache,
+            time: t0.elapsed(),
+            query_chars,
+        };
+        if let Some(hit) = ran.cache.is_hit() {
+            self.metrics.search_cache(hit);
+        }
+        let prepared = match searched.result {
+            Ok(found) => {
+                span.record("citestream.results", found.len());
+                let r = if found.is_empty() {
+                    SearchResult::NothingFound
+                } else {
+                    SearchResult::Found
+                };
+                self.metrics.search(r, t0.elapsed());
+                flow.finish(found, &self.inject).await
+            }
+            Err(e) => {
+                let r = if e.kind() == SearchErrorKind::Timeout {
+                    SearchResult::Timeout
+                } else {
+                    SearchResult::Error
+                };
+                self.metrics.search(r, t0.elapsed()); // `search` logged it
+                flow.fail().await
+            }
+        };
+        (prepared, ran)
     }
 
     /// Searches left today: the limit less committed and reserved ones.

@@ -13,6 +13,7 @@
 //! | `citestream_quota_errors_total` | counter | |
 //! | `citestream_upstream_errors_total` | counter | `kind` (`refused`, `timeout`, `broken`) |
 //! | `citestream_upstream_retries_total` | counter | `reason`: why a request was sent upstream again (`stale_connection`: a reused pooled connection failed before any response byte, the keep-alive race; `connect`: a connect error, the next endpoint is tried; `status`: a 429/502/503/504 answer before the client got anything) |
+//! | `citestream_search_retries_total` | counter | `target` (`provider`: the remote search provider; `query_model`: the query model), `reason` (`stale_connection`, the only one): requests of the search's own HTTP client sent again once on a fresh connection because a reused pooled one failed before any answer byte (never the model upstream's: those are `citestream_upstream_retries_total`) |
 //! | `citestream_search_duration_seconds` | histogram | |
 //! | `citestream_upstream_latency_seconds` | histogram | `endpoint`: request sent → upstream response headers |
 //! | `citestream_event_added_latency_seconds` | histogram | time the host spends on one upstream piece of a rewritten stream before its output is ready |
@@ -255,6 +256,8 @@ pub struct Metrics {
     open_streams: AtomicI64,
     /// Search cache lookups: [hit, miss].
     search_cache: [AtomicU64; 2],
+    /// Resends of the search's HTTP clients, counted by the search crate.
+    search_resends: citestream_search::Resends,
 }
 
 impl Default for Metrics {
@@ -282,7 +285,16 @@ impl Metrics {
             event_latency: Histogram::new(EVENT_BUCKETS),
             open_streams: AtomicI64::new(0),
             search_cache: Default::default(),
+            search_resends: citestream_search::Resends::default(),
         }
+    }
+
+    /// The counts of `citestream_search_retries_total`: hand it to every
+    /// [`citestream_search::Search`] built for this registry
+    /// ([`citestream_search::Search::with_tls_and_resends`]).
+    #[must_use]
+    pub fn search_resends(&self) -> &citestream_search::Resends {
+        &self.search_resends
     }
 
     /// Counts one request (`endpoint` `None`: another proxied path) with
@@ -477,6 +489,21 @@ impl Metrics {
         }
         head(
             &mut o,
+            "citestream_search_retries_total",
+            "counter",
+            "Search provider and query model requests sent again on a fresh connection, by target and reason.",
+        );
+        for (t, n) in [
+            ("provider", self.search_resends.provider()),
+            ("query_model", self.search_resends.query_model()),
+        ] {
+            let _ = writeln!(
+                o,
+                "citestream_search_retries_total{{target=\"{t}\",reason=\"stale_connection\"}} {n}"
+            );
+        }
+        head(
+            &mut o,
             "citestream_search_duration_seconds",
             "histogram",
             "Time a search took.",
@@ -582,6 +609,9 @@ mod tests {
         assert!(t.contains("citestream_event_added_latency_seconds_bucket{le=\"0.000005\"} 1"));
         assert!(t.contains("citestream_event_added_latency_seconds_count 1"));
         assert!(t.contains("citestream_open_streams 1"));
+        assert!(t.contains(
+            "citestream_search_retries_total{target=\"query_model\",reason=\"stale_connection\"} 0"
+        ));
         drop(g);
         assert!(m.render().contains("citestream_open_streams 0"));
         assert!(t.contains(

@@ -87,7 +87,7 @@ async fn outcomes_headers_and_the_daily_quota_across_midnight() {
         (r.search_header(), r.remaining_header()),
         ("not-requested", None)
     );
-    assert!(r.plan.is_none());
+    assert!(r.prepared.plan.is_none());
     let r = g
         .prepare(Endpoint::Messages, &h, body("true", ""))
         .await
@@ -101,15 +101,15 @@ async fn outcomes_headers_and_the_daily_quota_across_midnight() {
             .prepare(Endpoint::ChatCompletions, &h, body("true", "Lisbon?"))
             .await
             .unwrap();
-        assert_eq!(r.outcome, Outcome::Injected);
+        assert_eq!(r.prepared.outcome, Outcome::Injected);
         assert_eq!(r.remaining, Some(left));
         assert_eq!(r.account, "anonymous");
-        assert_eq!(r.plan.as_ref().unwrap().sources.len(), 3);
+        assert_eq!(r.prepared.plan.as_ref().unwrap().sources.len(), 3);
         // Still reserved (it counts as used) until the upstream answers 2xx.
         let day = utc_day(clock.unix_secs());
         let u = g.store().usage("anonymous", day).await.unwrap();
         assert_eq!((u.committed, u.reserved), (2 - left, 1));
-        assert!(r.pending.unwrap().commit().await.unwrap());
+        assert!(r.prepared.reservation.unwrap().commit().await.unwrap());
     }
     // A grounded request whose pending search is dropped (the upstream
     // failed, the client left) gives it back.
@@ -128,8 +128,8 @@ async fn outcomes_headers_and_the_daily_quota_across_midnight() {
         (r.search_header(), r.remaining),
         ("quota-exhausted", Some(0))
     );
-    assert!(r.plan.is_none());
-    assert!(!r.body.windows(10).any(|w| w == b"web_search"));
+    assert!(r.prepared.plan.is_none());
+    assert!(!r.prepared.body.windows(10).any(|w| w == b"web_search"));
     clock.advance(10); // 00:00:00 UTC
     let r = g
         .prepare(Endpoint::ChatCompletions, &h, body("true", "Lisbon?"))

@@ -38,6 +38,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// The default `search.local.url_base`.
+pub const DEFAULT_URL_BASE: &str = "local:";
+
 /// The `[search]` table.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -235,7 +238,7 @@ impl Default for LocalConfig {
     fn default() -> Self {
         LocalConfig {
             path: String::new(),
-            url_base: crate::DEFAULT_URL_BASE.to_owned(),
+            url_base: DEFAULT_URL_BASE.to_owned(),
         }
     }
 }

@@ -13,15 +13,62 @@
 //!   connection just as the request went out: the keep-alive race). A
 //!   connect error, a timeout or any answer is returned as it is. Search
 //!   and query-model calls read nothing on the server's side, so sending
-//!   one again is safe.
+//!   one again is safe. Each resend is counted in the [`Resends`] the
+//!   client was built with (the host hands its own in and reads it at
+//!   scrape; the crate itself exports nothing).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use reqwest::{Client, RequestBuilder, Response};
 
 /// How long an idle pooled connection is kept.
 pub(crate) const POOL_IDLE: Duration = Duration::from_secs(4);
+
+/// How many requests the search's HTTP clients sent once more on a fresh
+/// connection, by who sent them: a request that failed on a reused pooled
+/// connection before any byte of the answer (the server closed it just as
+/// the request went out, the keep-alive race) is sent again once. Clones
+/// share the counts: a host makes one, hands it to
+/// [`crate::Search::with_tls_and_resends`] (again on every reload, so the
+/// counts go on) and reads it when it exports its metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Resends {
+    provider: Arc<AtomicU64>,
+    query_model: Arc<AtomicU64>,
+}
+
+impl Resends {
+    /// Requests to a remote search provider sent again.
+    #[must_use]
+    pub fn provider(&self) -> u64 {
+        self.provider.load(Ordering::Relaxed)
+    }
+
+    /// Requests to the query model (`search.query = "model"`) sent again.
+    #[must_use]
+    pub fn query_model(&self) -> u64 {
+        self.query_model.load(Ordering::Relaxed)
+    }
+
+    /// The counter of `caller`'s client.
+    pub(crate) fn counter(&self, caller: Caller) -> Arc<AtomicU64> {
+        match caller {
+            Caller::Provider => self.provider.clone(),
+            Caller::QueryModel => self.query_model.clone(),
+        }
+    }
+}
+
+/// Who a client's requests are for (which [`Resends`] count they add to).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Caller {
+    /// A remote search provider.
+    Provider,
+    /// The query model.
+    QueryModel,
+}
 
 /// The clients of one remote: `pooled` for every request, `fresh` (no
 /// idle connections kept) for the one resend of [`send`], so the resend
@@ -31,10 +78,17 @@ pub(crate) struct HttpClient {
     /// Keeps idle connections [`POOL_IDLE`].
     pub(crate) pooled: Client,
     fresh: Client,
+    /// Counts the resends of [`send`].
+    resent: Arc<AtomicU64>,
 }
 
-/// The clients of one remote, with the host's TLS trust.
-pub(crate) fn client(tls: Option<&Arc<rustls::ClientConfig>>) -> reqwest::Result<HttpClient> {
+/// The clients of one remote, with the host's TLS trust, counting their
+/// resends in `resends` under `caller`.
+pub(crate) fn client(
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    resends: &Resends,
+    caller: Caller,
+) -> reqwest::Result<HttpClient> {
     let build = |idle_per_host: usize| {
         let mut b = Client::builder()
             .user_agent(concat!("citestream/", env!("CARGO_PKG_VERSION")))
@@ -48,6 +102,7 @@ pub(crate) fn client(tls: Option<&Arc<rustls::ClientConfig>>) -> reqwest::Result
     Ok(HttpClient {
         pooled: build(usize::MAX)?,
         fresh: build(0)?,
+        resent: resends.counter(caller),
     })
 }
 
@@ -59,6 +114,7 @@ pub(crate) async fn send(client: &HttpClient, req: RequestBuilder) -> reqwest::R
         Err(e) if closed_before_answer(&e) => match again {
             Some(Ok(r)) => {
                 tracing::debug!(error = %e, "connection closed before the answer; sending again");
+                client.resent.fetch_add(1, Ordering::Relaxed);
                 client.fresh.execute(r).await
             }
             _ => Err(e),
@@ -93,20 +149,22 @@ fn closed_before_answer(e: &reqwest::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::AtomicU32;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A server that answers the first request of each connection (keeping
     /// it open, no `connection: close`) and closes the connection when the
-    /// second request arrives, without answering it.
-    async fn closing_server() -> (String, Arc<AtomicU32>) {
+    /// second request arrives, without answering it. Counts the answers
+    /// and the requests closed under.
+    async fn closing_server() -> (String, Arc<AtomicU32>, Arc<AtomicU32>) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/search", l.local_addr().unwrap());
         let answered = Arc::new(AtomicU32::new(0));
-        let a = answered.clone();
+        let closed = Arc::new(AtomicU32::new(0));
+        let (a, cl) = (answered.clone(), closed.clone());
         tokio::spawn(async move {
             while let Ok((mut s, _)) = l.accept().await {
-                let a = a.clone();
+                let (a, cl) = (a.clone(), cl.clone());
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     for n in 0.. {
@@ -120,6 +178,7 @@ mod tests {
                         }
                         buf.clear();
                         if n == 1 {
+                            cl.fetch_add(1, Ordering::Relaxed);
                             return; // closed under the request
                         }
                         a.fetch_add(1, Ordering::Relaxed);
@@ -134,13 +193,14 @@ mod tests {
                 });
             }
         });
-        (url, answered)
+        (url, answered, closed)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_on_a_connection_closed_under_it_is_sent_again() {
-        let (url, answered) = closing_server().await;
-        let c = client(None).unwrap();
+        let (url, answered, closed) = closing_server().await;
+        let resends = Resends::default();
+        let c = client(None, &resends, Caller::QueryModel).unwrap();
         for i in 0..20 {
             let r = send(&c, c.pooled.get(&url)).await;
             let r = r.unwrap_or_else(|e| panic!("request {i}: {e}"));
@@ -148,9 +208,14 @@ mod tests {
             assert_eq!(r.bytes().await.unwrap(), "[]");
         }
         assert_eq!(answered.load(Ordering::Relaxed), 20);
+        // Each request closed under was sent again once, and counted
+        // under the client's caller only.
+        let closed = u64::from(closed.load(Ordering::Relaxed));
+        assert!(closed >= 1);
+        assert_eq!((resends.query_model(), resends.provider()), (closed, 0));
         // Without the second try the same pattern fails.
-        let (url, _) = closing_server().await;
-        let c = client(None).unwrap();
+        let (url, _, _) = closing_server().await;
+        let c = client(None, &Resends::default(), Caller::Provider).unwrap();
         c.pooled
             .get(&url)
             .send()

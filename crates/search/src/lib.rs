@@ -23,6 +23,10 @@
 //!   `perplexity` (also LiteLLM `/v1/search/<tool>`), `http`, `brave`,
 //!   `tavily`, `exa`. Hosts may plug their own in with
 //!   [`Search::with_provider`].
+//! * [`Resends`]: the count of requests the remote providers' and the query
+//!   model's HTTP client sent once more on a fresh connection (the
+//!   keep-alive race); a host hands one in
+//!   ([`Search::with_tls_and_resends`]) and exports it with its metrics.
 //!
 //! # Adapter rules (applied once, for every provider)
 //!
@@ -58,16 +62,19 @@ mod provider;
 pub mod query;
 mod remote;
 mod search;
+mod setup;
 mod static_file;
 
 pub use citestream::request::SearchQuery;
 pub use citestream::sources::Source;
 
 pub use config::{
-    EndpointConfig, LocalConfig, PathConfig, ProviderKind, QueryMode, QueryModelConfig,
-    SearchConfig, SearxngConfig,
+    DEFAULT_URL_BASE, EndpointConfig, LocalConfig, PathConfig, ProviderKind, QueryMode,
+    QueryModelConfig, SearchConfig, SearxngConfig,
 };
-pub use local::{DEFAULT_URL_BASE, LocalIndex};
+pub use http::Resends;
+pub use local::LocalIndex;
 pub use provider::{BoxFuture, Provider, SearchError, SearchErrorKind};
 pub use query::{Formation, FormedQuery};
-pub use search::{Search, SetupError};
+pub use search::Search;
+pub use setup::SetupError;

@@ -9,16 +9,16 @@
 //! `error`). [`Search::search`] is the two in a row, for hosts that do not
 //! log the formed query.
 
-use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
 use crate::config::{ProviderKind, QueryMode, SearchConfig};
 use crate::local::LocalIndex;
 use crate::query::{self, FormedQuery, QueryModel};
-use crate::remote::{self, Remote};
+use crate::remote::Remote;
+use crate::setup::SetupError;
 use crate::static_file::StaticFile;
-use crate::{Provider, SearchError, SearchErrorKind, SearchQuery, Source, adapt};
+use crate::{Provider, Resends, SearchError, SearchErrorKind, SearchQuery, Source, adapt};
 
 /// A search backend ready to use, with the adapter rules.
 ///
@@ -34,29 +34,6 @@ pub struct Search {
     query_timeout: Duration,
     query_model: Option<QueryModel>,
 }
-
-/// A configuration the search cannot start with (a missing file, an empty
-/// folder, a missing URL or key). The message names the key and the value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetupError {
-    message: String,
-}
-
-impl SetupError {
-    pub(crate) fn new(message: impl Into<String>) -> Self {
-        SetupError {
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for SetupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for SetupError {}
 
 impl Search {
     /// Builds the provider `config.provider` names.
@@ -84,6 +61,23 @@ impl Search {
         config: &SearchConfig,
         tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
     ) -> Result<Search, SetupError> {
+        Search::with_tls_and_resends(config, tls, &Resends::default())
+    }
+
+    /// [`Search::with_tls`], counting in `resends` the requests the remote
+    /// provider's and the query model's clients send once more on a fresh
+    /// connection (the keep-alive race; see [`Resends`]). A host passes the
+    /// same `Resends` to every `Search` it builds (reloads too) and exports
+    /// its counts.
+    ///
+    /// # Errors
+    ///
+    /// As [`Search::new`].
+    pub fn with_tls_and_resends(
+        config: &SearchConfig,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+        resends: &Resends,
+    ) -> Result<Search, SetupError> {
         let provider: Box<dyn Provider> = match config.provider {
             ProviderKind::Local if config.local.path.is_empty() => Box::new(LocalIndex::bundled()),
             ProviderKind::Local => Box::new(LocalIndex::from_dir_with_url_base(
@@ -91,9 +85,9 @@ impl Search {
                 &config.local.url_base,
             )?),
             ProviderKind::Static => Box::new(StaticFile::load(Path::new(&config.r#static.path))?),
-            kind => Box::new(Remote::new(kind, config, tls)?),
+            kind => Box::new(Remote::new(kind, config, tls, resends)?),
         };
-        Search::build(provider, config, tls)
+        Search::build(provider, config, tls, resends)
     }
 
     /// A `Search` over any provider, with the limits of `config` (its
@@ -106,7 +100,7 @@ impl Search {
         provider: Box<dyn Provider>,
         config: &SearchConfig,
     ) -> Result<Search, SetupError> {
-        Search::build(provider, config, None)
+        Search::build(provider, config, None, &Resends::default())
     }
 
     /// [`Search::with_provider`], the query model's client trusting `tls`.
@@ -114,6 +108,7 @@ impl Search {
         provider: Box<dyn Provider>,
         config: &SearchConfig,
         tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+        resends: &Resends,
     ) -> Result<Search, SetupError> {
         for (key, zero) in [
             ("max_results", config.max_results == 0),
@@ -129,7 +124,7 @@ impl Search {
             }
         }
         let query_model = match config.query {
-            QueryMode::Model => Some(QueryModel::new(&config.query_model, tls)?),
+            QueryMode::Model => Some(QueryModel::new(&config.query_model, tls, resends)?),
             QueryMode::Context | QueryMode::Last => None,
         };
         Ok(Search {
@@ -235,25 +230,4 @@ impl Search {
             }
         }
     }
-}
-
-/// The URL a remote provider uses: `configured`, or `default` when empty.
-pub(crate) fn endpoint_url(
-    kind: ProviderKind,
-    configured: &str,
-    default: &str,
-) -> Result<String, SetupError> {
-    let url = if configured.is_empty() {
-        default
-    } else {
-        configured
-    };
-    if url.is_empty() {
-        return Err(SetupError::new(format!(
-            "search.{kind}.url is required for provider \"{kind}\""
-        )));
-    }
-    remote::check_url(url)
-        .map_err(|e| SetupError::new(format!("search.{kind}.url = {url:?}: {e}")))?;
-    Ok(url.to_owned())
 }

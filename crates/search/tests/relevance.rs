@@ -1,9 +1,17 @@
 //! Relevance of the `local` provider over the bundled corpus: questions
 //! whose answering document is known (the Factbook profile, or the
-//! project's `docs/`). Prints recall@1 and recall@3; asserts recall@3 ≥ 0.975.
-//! Runs through [`Search`] with the default config, as the gateway does.
+//! project's `docs/`). Runs through [`Search`] with the default config, as
+//! the gateway does.
+//!
+//! Each part's questions are measured where they cannot depend on the other
+//! part's wording (docs/search.md, "The bundled corpus"): the Factbook
+//! questions over the Factbook passages alone (prints recall@1 and
+//! recall@3; asserts at most one miss in the top 3), the docs questions over the whole
+//! bundled corpus (each answered in the top 3, ahead of the Factbook). What
+//! the whole corpus must keep for the Factbook side, the example city
+//! ranking first with no docs passage near it, has its own test below.
 
-use citestream_search::{Search, SearchConfig, SearchQuery, Source};
+use citestream_search::{LocalIndex, Search, SearchConfig, SearchQuery, Source};
 
 /// (question, the title of the document that answers it).
 const QUESTIONS: &[(&str, &str)] = &[
@@ -174,12 +182,41 @@ async fn top3(search: &Search, q: &str) -> Vec<Source> {
         .collect()
 }
 
+/// Whether a question's answer is one of the project's docs.
+fn is_docs_title(title: &str) -> bool {
+    !title.ends_with(" - The World Factbook")
+}
+
+/// The bundled corpus without the project's docs.
+fn factbook_search() -> Search {
+    let passages: Vec<Source> = LocalIndex::bundled()
+        .passages()
+        .iter()
+        .filter(|s| !s.url.as_deref().unwrap_or("").starts_with("docs/"))
+        .cloned()
+        .collect();
+    assert!(
+        passages.len() > 1000,
+        "{} Factbook passages",
+        passages.len()
+    );
+    Search::with_provider(
+        Box::new(LocalIndex::new(passages)),
+        &SearchConfig::default(),
+    )
+    .unwrap()
+}
+
 #[tokio::test]
-async fn recall_over_the_bundled_corpus() {
-    let search = Search::new(&SearchConfig::default()).unwrap();
+async fn recall_over_the_factbook() {
+    let search = factbook_search();
+    let questions: Vec<_> = QUESTIONS
+        .iter()
+        .filter(|(_, want)| !is_docs_title(want))
+        .collect();
     let (mut at1, mut at3) = (0, 0);
     let mut misses = Vec::new();
-    for (q, want) in QUESTIONS {
+    for (q, want) in &questions {
         let got = top3(&search, q).await;
         let titles: Vec<&str> = got.iter().filter_map(|s| s.title.as_deref()).collect();
         if titles.first() == Some(want) {
@@ -193,21 +230,46 @@ async fn recall_over_the_bundled_corpus() {
             misses.push(format!("{q:?}: want {want:?}, got {titles:?}"));
         }
     }
-    let n = QUESTIONS.len() as f64;
+    let n = questions.len() as f64;
     let (r1, r3) = (f64::from(at1) / n, f64::from(at3) / n);
     println!(
         "questions: {}, recall@1: {r1:.3} ({at1}), recall@3: {r3:.3} ({at3})",
-        QUESTIONS.len()
+        questions.len()
     );
     for m in &misses {
         println!("miss: {m}");
     }
-    assert!(QUESTIONS.len() >= 30);
+    assert!(questions.len() >= 30);
+    // One miss at most (the bar the 40 questions of both parts had:
+    // 39 of 40). Known: "How many people live in Brazil?" ranks Japan's
+    // people passage (it names Brazilians) first without the docs' words
+    // in the statistics; docs/search.md, "The bundled corpus".
     assert!(
-        r3 >= 0.975,
-        "recall@3 {r3:.3} < 0.975; misses:\n{}",
+        misses.len() <= 1,
+        "recall@3 {r3:.3}: {} misses:\n{}",
+        misses.len(),
         misses.join("\n")
     );
+}
+
+/// The questions about the project find its page in the top 3 of the
+/// whole bundled corpus, as a user of the bundled corpus asks them.
+#[tokio::test]
+async fn docs_questions_over_the_bundled_corpus() {
+    let search = Search::new(&SearchConfig::default()).unwrap();
+    let questions: Vec<_> = QUESTIONS
+        .iter()
+        .filter(|(_, want)| is_docs_title(want))
+        .collect();
+    assert!(questions.len() >= 5);
+    for (q, want) in questions {
+        let got = top3(&search, q).await;
+        let titles: Vec<&str> = got.iter().filter_map(|s| s.title.as_deref()).collect();
+        assert!(
+            titles.contains(want),
+            "{q:?}: want {want:?}, got {titles:?}"
+        );
+    }
 }
 
 /// The seed's question, and the short form, find Portugal passages that

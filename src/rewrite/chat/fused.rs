@@ -14,20 +14,9 @@
 //! path switched off).
 
 use super::ChatHandler;
-use super::template::{Contents, MAX_CONTENTS, Stop, TEMPLATES};
+use super::template::{MAX_CONTENTS, Stop, TEMPLATES};
 use crate::rewrite::driver::Tail;
 use crate::sse::FrameRef;
-
-/// Where the walk of a held tail stopped ([`ChatHandler::fused_tail`]):
-/// the template, the literal segment and byte to go on from in the next
-/// piece, the contents found in the tail.
-#[derive(Clone, Debug, Default)]
-pub(super) struct HeldTail {
-    template: usize,
-    k: usize,
-    lit: usize,
-    contents: Contents,
-}
 
 impl ChatHandler {
     /// Switches the fused path on or off (for the differential tests).

@@ -38,8 +38,10 @@
 //! # Files
 //!
 //! * `scan.rs`: the chunk scanner (the fast scan and the full scan), with
-//!   `scan_prefix.rs`, the validated start of a recent chunk;
-//! * `template.rs`: the template learner (the hot path);
+//!   `scan/prefix.rs`, the validated start of a recent chunk;
+//! * `template.rs`: the template learner (the hot path), with
+//!   `template/learn.rs` (learning a shape) and `template/nums.rs` (the
+//!   numbers-then-content walk);
 //! * `fused.rs`: learning and matching templates for [`ChatHandler`], on
 //!   parsed events and on whole events in the input pieces (the fused
 //!   path, before the SSE parser);
@@ -130,6 +132,17 @@ struct ChoiceState {
 /// Never panics, on any input.
 pub type ChatStream = SseRewriter<ChatHandler>;
 
+/// Where the walk of a held tail stopped ([`ChatHandler::fused_tail`]):
+/// the template, the literal segment and byte to go on from in the next
+/// piece, the contents found in the tail.
+#[derive(Clone, Debug, Default)]
+struct HeldTail {
+    template: usize,
+    k: usize,
+    lit: usize,
+    contents: Contents,
+}
+
 /// The per-frame state of a [`ChatStream`]: everything but the parser, so
 /// frames lent by the parser can be handled while this state changes.
 #[derive(Debug)]
@@ -160,7 +173,7 @@ pub struct ChatHandler {
     /// turns).
     next_hit: [usize; TEMPLATES],
     /// Where the walk of a held tail stopped.
-    held: fused::HeldTail,
+    held: HeldTail,
     /// Whether the last parsed chunk matched a template: then the next
     /// one tries them before [`has_finish`].
     parsed_hits: bool,
@@ -194,7 +207,7 @@ impl ChatStream {
                 found: Contents::default(),
                 last_hit: 0,
                 next_hit: [0, 1, 2, 3],
-                held: fused::HeldTail::default(),
+                held: HeldTail::default(),
                 parsed_hits: false,
                 fused: true,
             },

@@ -675,9 +675,7 @@ fn fast_choice(
     Ok(out.push(fc))
 }
 
-#[path = "scan_prefix.rs"]
 mod prefix;
 
 #[cfg(test)]
-#[path = "scan_tests.rs"]
 mod tests;

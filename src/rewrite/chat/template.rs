@@ -150,7 +150,7 @@ pub(crate) struct ChunkTemplate {
     widths: [u8; 2],
     /// The straight-line walk at those widths (set with them by `refill`,
     /// cleared by `build`).
-    num_walk: nums::NumWalk,
+    num_walk: num_walk::NumWalk,
     /// The literal text after the content hole as a word, the mask of
     /// its bytes and its length, when it is one to eight bytes long (else
     /// a zero mask).
@@ -188,7 +188,7 @@ static EMPTY: ChunkTemplate = ChunkTemplate {
     nums_one: false,
     filled: Vec::new(),
     widths: [0; 2],
-    num_walk: nums::NO_WALK,
+    num_walk: num_walk::NO_WALK,
     tail: (0, 0, 0),
     sample_holes: [0; MAX_HOLES],
     probation: false,
@@ -575,12 +575,11 @@ impl ChunkTemplate {
     }
 }
 
-#[path = "template_learn.rs"]
 mod learn;
 
-#[path = "template_nums.rs"]
+mod num_walk;
+
 mod nums;
 
 #[cfg(test)]
-#[path = "template_tests.rs"]
 mod tests;

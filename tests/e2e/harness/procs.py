@@ -12,7 +12,11 @@ Contract
   SIGKILL, by pid; it returns the exit status.
 * `RedisServer.start()` runs a real `redis-server` on a free loopback port
   with no persistence (installing the Debian package with apt-get when it
-  is missing and we are root); `stop()` ends it by pid.
+  is missing and we are root); `stop()` ends it by pid, `kill()` with
+  SIGKILL (a crash). `start(port=P, tmp=DIR, persist=True)` starts one on
+  a given port and folder, with an append-only file synced on every write
+  (`appendfsync always`), so a server started again there finds what the
+  killed one acknowledged.
 * `ensure_debian(program, package)`, `faketime_env(clock_file)`: programs
   from Debian's packages, installed on demand (root), and the environment
   that runs a process on a wall clock the test controls (libfaketime).
@@ -205,20 +209,22 @@ def faketime_env(clock_file: Path) -> dict:
 
 
 class RedisServer:
-    """A real `redis-server` on a free loopback port, no persistence."""
+    """A real `redis-server` on a loopback port, no persistence unless asked."""
 
     def __init__(self, proc: subprocess.Popen, port: int, tmp: Path):
         self.proc, self.port, self.tmp = proc, port, tmp
 
     @classmethod
-    def start(cls, timeout: float = 15.0) -> "RedisServer":
+    def start(cls, timeout: float = 15.0, *, port: int | None = None, tmp: Path | None = None,
+              persist: bool = False) -> "RedisServer":
         exe = ensure_debian("redis-server", "redis-server")
-        tmp = Path(tempfile.mkdtemp(prefix="citestream-redis-"))
-        port = free_port()
+        tmp = tmp or Path(tempfile.mkdtemp(prefix="citestream-redis-"))
+        port = port or free_port()
+        aof = ["--appendonly", "yes", "--appendfsync", "always"] if persist else ["--appendonly", "no"]
         proc = subprocess.Popen(
-            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", *aof,
              "--dir", str(tmp), "--daemonize", "no"],
-            stdin=subprocess.DEVNULL, stdout=open(tmp / "log", "wb"), stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, stdout=open(tmp / "log", "ab"), stderr=subprocess.STDOUT,
         )
         server = cls(proc, port, tmp)
         deadline = time.monotonic() + timeout
@@ -242,6 +248,11 @@ class RedisServer:
 
     def stop(self) -> int:
         return stop_pid(self.proc, 5.0)
+
+    def kill(self) -> int:
+        """SIGKILL: the server crashes, nothing flushed that was not already."""
+        self.proc.kill()
+        return self.proc.wait(10)
 
 
 def citestream_rewrite(data: bytes, sources: Path, *, endpoint: str = "chat", dialect: str | None = None,

@@ -40,7 +40,11 @@ Contract
   `"random:N"` after 1..N answers (drawn per connection); `"idle:S"` when no
   request came for S seconds after an answer (uvicorn's keep-alive timeout,
   5 s by default); `"mixed"` gives
-  each new connection one of the three (random:4, idle:0.05). `None` keeps
+  each new connection one of the three (random:4, idle:0.05); `"under"`
+  answers a connection's first request and closes the connection when the
+  next one arrives, without answering it (`ReplayServer.closed_under`
+  counts them): the keep-alive race every time, as a client sees a close it
+  learns of only once its request is out. `None` keeps
   connections open. `ReplayServer.connections` counts accepted ones;
   `ReplayServer.record = False` keeps no log (long soaks).
 * Any other path (e.g. `GET /v1/models`) answers 200 with a JSON echo of the
@@ -113,15 +117,15 @@ class Scenario:
 
 
 def parse_closing(spec: str | None) -> tuple[str | None, float]:
-    """`None`, `"each"`, `"random:N"`, `"idle:S"`, `"mixed"` as (kind, number)."""
+    """`None`, `"each"`, `"random:N"`, `"idle:S"`, `"mixed"`, `"under"` as (kind, number)."""
     if spec is None or spec == "":
         return None, 0.0
     kind, _, arg = spec.partition(":")
-    if kind in ("each", "mixed") and not arg:
+    if kind in ("each", "mixed", "under") and not arg:
         return kind, 0.0
     if kind in ("random", "idle") and arg:
         return kind, float(arg)
-    raise ValueError(f"closing must be each, random:N, idle:SECONDS or mixed, not {spec!r}")
+    raise ValueError(f"closing must be each, random:N, idle:SECONDS, mixed or under, not {spec!r}")
 
 
 def piece_sizes(total: int, seed: int, fixed: int = 0) -> list[int]:
@@ -301,6 +305,7 @@ class ReplayServer(LoopbackServer):
         parse_closing(closing)  # fail early on a bad spec
         self.closing = closing
         self.connections = 0
+        self.closed_under = 0
         self.record = True  # False: keep no log (long soaks)
         self._close_rng = random.Random(seed)
         self.default: str | None = None
@@ -399,6 +404,7 @@ class ReplayServer(LoopbackServer):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.connections += 1
         budget, idle = self._conn_policy()
+        under = parse_closing(self.closing)[0] == "under"
         answered = 0
         try:
             while True:
@@ -411,6 +417,9 @@ class ReplayServer(LoopbackServer):
                     req = await _read_request(reader)
                 if req is None:
                     break
+                if under and answered > 0:
+                    self.closed_under += 1
+                    break  # closed under the request, unanswered
                 if (req.header("expect") or "").lower() == "100-continue":
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 if not await self._respond(req, reader, writer):

@@ -7,7 +7,10 @@ seconds, with HTTP status `status` (200; set it, or `results`, between
 requests to make the backend fail or find nothing). While it waits it watches the connection: a client that goes away
 is recorded (`Query.client_disconnected`). Every request is recorded as a
 `Query` (path, headers, parsed JSON body); `wait_for(predicate)` waits on the
-list. Stdlib only; same lifecycle as the replay upstream.
+list. `close_under=True`: a connection's first request is answered and the
+connection is closed when its next request arrives, unanswered
+(`closed_under` counts them; the replay upstream's `closing="under"`).
+Stdlib only; same lifecycle as the replay upstream.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ class Query:
 class SearchBackend(LoopbackServer):
     """A slow-able `http`-provider search backend on loopback."""
 
-    def __init__(self, results: list[dict], delay: float = 0.0):
+    def __init__(self, results: list[dict], delay: float = 0.0, close_under: bool = False):
         super().__init__()
-        self.results, self.delay = results, delay
+        self.results, self.delay, self.close_under = results, delay, close_under
+        self.closed_under = 0
         self.status = 200
         self._queries: list[Query] = []
         self._cond = threading.Condition()
@@ -63,11 +67,15 @@ class SearchBackend(LoopbackServer):
             self._cond.notify_all()
 
     async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered = 0
         try:
             while True:
                 req = await _read_request(reader)
                 if req is None:
                     return
+                if self.close_under and answered > 0:
+                    self.closed_under += 1
+                    return  # closed under the request, unanswered
                 try:
                     body = json.loads(req.body)
                 except ValueError:
@@ -89,6 +97,7 @@ class SearchBackend(LoopbackServer):
                     % (self.status, len(data), data)
                 )
                 await writer.drain()
+                answered += 1
                 self._note(q, answered=True)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass

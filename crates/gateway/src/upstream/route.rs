@@ -11,6 +11,8 @@
 //!   `upstream_model`, when set, replaces the value of the body's `model`
 //!   member by a splice (every other byte of the body stays as it was).
 //! * `[upstream]` sends `/v1/messages` to `messages_base_url` when set.
+//! * A base URL ([`Base`]) joins a request's path: a base ending in `/v1`
+//!   takes the path without its own `/v1`.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,8 +20,50 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use citestream_host::config::{Config, RouteConfig};
 use citestream_host::errors::ErrorShape;
+use http::Uri;
 
-use super::Base;
+/// A base URL split into its parts.
+#[derive(Clone, Debug)]
+pub(crate) struct Base {
+    pub(super) scheme: http::uri::Scheme,
+    pub(super) authority: http::uri::Authority,
+    /// The path without a trailing `/` (`""` for the root).
+    pub(super) path: String,
+}
+
+impl Base {
+    pub(super) fn parse(url: &str) -> Option<Base> {
+        let uri: Uri = url.parse().ok()?;
+        let p = uri.into_parts();
+        let path = p
+            .path_and_query
+            .map(|pq| pq.path().trim_end_matches('/').to_owned())
+            .unwrap_or_default();
+        Some(Base {
+            scheme: p.scheme?,
+            authority: p.authority?,
+            path,
+        })
+    }
+
+    /// The upstream URI of a request's path and query.
+    pub(super) fn join(&self, path_and_query: &str) -> Result<Uri, http::Error> {
+        let tail = match path_and_query.strip_prefix("/v1") {
+            Some(rest)
+                if self.path.ends_with("/v1")
+                    && (rest.is_empty() || rest.starts_with(['/', '?'])) =>
+            {
+                rest
+            }
+            _ => path_and_query,
+        };
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(format!("{}{tail}", self.path))
+            .build()
+    }
+}
 
 /// Where a request goes and with which key.
 #[derive(Debug)]

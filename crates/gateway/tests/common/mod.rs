@@ -33,6 +33,16 @@ pub fn lisbon(name: &str) -> Bytes {
     Bytes::from(std::fs::read(repo().join("examples/lisbon").join(name)).unwrap())
 }
 
+/// What a stream rewriter makes of `input` fed whole, then finished.
+pub fn rewrite_all(mut r: impl citestream::StreamRewriter, input: &Bytes) -> Bytes {
+    let mut out = Vec::new();
+    r.feed(input.clone());
+    r.drain_into(&mut out);
+    r.finish();
+    r.drain_into(&mut out);
+    out.into()
+}
+
 /// What the upstream answers.
 #[derive(Clone, Debug)]
 pub enum Reply {

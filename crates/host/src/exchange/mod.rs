@@ -56,6 +56,14 @@
 //!   output is ready as soon as the rewriter has it. Memory: what the core
 //!   rewriter holds, a whole body up to the cap, and at most
 //!   [`inflate::INPUT_STEP`] compressed bytes inflated at a time.
+//! * **Trace** (traces on, see `crate::telemetry`): the `upstream` span
+//!   ([`UpstreamSpan`]) opens in [`Exchange::on_request`] as the request
+//!   goes upstream, a child of the host's current span (its `request`),
+//!   and `traceparent` (with the client's `tracestate`) naming it goes into
+//!   [`Forward::edits`], so the model server sees it as the parent; the
+//!   response head records its status and time, the first byte of the
+//!   response body its time and ends it (an empty body ends it too); a
+//!   failure, before the head or in the body, ends it as an error.
 //! * **Failures** ([`Exchange::on_error`]): a 502 (refused, TLS, broken)
 //!   or 504 (timeout) in the endpoint's error shape whose message names the
 //!   class only; the detail goes to the log.
@@ -117,16 +125,19 @@ use tracing::Instrument;
 
 use bytes::{Bytes, BytesMut};
 use citestream::flow::{Outcome, ResponsePlan};
+use citestream::quota::Reservation;
 use citestream::request::Endpoint;
 use citestream::{Rewriter, StreamRewriter};
 use http::Method;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use crate::config::{AuthMode, Config};
 use crate::errors::{ErrorReply, ErrorShape};
-use crate::grounding::{Grounding, PendingSearch};
+use crate::grounding::Grounding;
 use crate::metrics::{OpenStream, SearchLabel, UpstreamError};
+use crate::store::Store;
+use crate::telemetry::UpstreamSpan;
 
+pub use crate::grounding::key_warning;
 pub use edits::HeaderEdits;
 pub use record::Ending;
 
@@ -260,22 +271,6 @@ impl fmt::Display for BodyError {
 
 impl std::error::Error for BodyError {}
 
-/// The start-up warning for `open` mode with an upstream key on an address
-/// other hosts can reach, if `cfg` deserves it.
-#[must_use]
-pub fn key_warning(cfg: &Config) -> Option<String> {
-    let ip = cfg.server.listen.ip();
-    (cfg.auth.mode == AuthMode::Open && !cfg.upstream.api_key.is_empty() && !ip.is_loopback()).then(
-        || {
-            format!(
-                "auth.mode = \"open\" with upstream.api_key set, listening on {}: \
-                 anyone who can reach it spends that key (use auth.mode = \"keys\")",
-                cfg.server.listen
-            )
-        },
-    )
-}
-
 /// The response body's state.
 enum Sink {
     Pass,
@@ -298,7 +293,7 @@ pub struct Exchange {
     outcome: Option<Outcome>,
     plan: Option<ResponsePlan>,
     remaining: Option<u32>,
-    pending: Option<PendingSearch>,
+    pending: Option<Reservation<Store>>,
     account: String,
     model: Option<String>,
     stream: bool,
@@ -307,6 +302,7 @@ pub struct Exchange {
     cache: crate::cache::CacheResult,
     sent_at: Option<Instant>,
     upstream_time: Option<Duration>,
+    upstream_span: Option<UpstreamSpan>,
     // Response side.
     status: Option<u16>,
     sink: Sink,
@@ -373,6 +369,7 @@ impl Exchange {
             cache: crate::cache::CacheResult::Off,
             sent_at: None,
             upstream_time: None,
+            upstream_span: None,
             status: None,
             sink: Sink::Pass,
             inflate: None,
@@ -559,6 +556,7 @@ impl Exchange {
                 let mut edits = HeaderEdits::default();
                 self.upstream_edits(&mut edits);
                 self.sent_at = Some(Instant::now());
+                self.upstream_span = UpstreamSpan::open(&mut edits);
                 return Ok(Forward { body: None, edits });
             }
             Handling::Grounded(e) => e,
@@ -568,9 +566,10 @@ impl Exchange {
             Ok(g) => g,
             Err(e) => return Err(self.reject(&e)),
         };
-        self.outcome = Some(g.outcome);
+        let p = g.prepared;
+        self.outcome = Some(p.outcome);
         self.remaining = g.remaining;
-        self.pending = g.pending;
+        self.pending = p.reservation;
         self.account = g.account;
         self.model = g.model;
         self.stream = g.stream;
@@ -579,17 +578,18 @@ impl Exchange {
         self.cache = g.cache;
         let mut edits = HeaderEdits::default();
         self.upstream_edits(&mut edits);
-        edits.set(header::CONTENT_LENGTH, HeaderValue::from(g.body.len()));
-        if g.plan.is_some() {
+        edits.set(header::CONTENT_LENGTH, HeaderValue::from(p.body.len()));
+        if p.plan.is_some() {
             edits.set(
                 header::ACCEPT_ENCODING,
                 HeaderValue::from_static("identity"),
             );
         }
-        self.plan = g.plan;
+        self.plan = p.plan;
         self.sent_at = Some(Instant::now());
+        self.upstream_span = UpstreamSpan::open(&mut edits);
         Ok(Forward {
-            body: Some(g.body),
+            body: Some(p.body),
             edits,
         })
     }
@@ -615,6 +615,9 @@ impl Exchange {
                 edits: HeaderEdits::default(),
                 body: BodyPlan::Pass,
             };
+        }
+        if let Some(u) = &self.upstream_span {
+            u.headers(status);
         }
         let metrics = self.grounding.metrics().clone();
         let ep = self.endpoint();
@@ -710,6 +713,12 @@ impl Exchange {
     pub fn on_response_body(&mut self, piece: Bytes, end: bool) {
         if self.input_ended {
             return;
+        }
+        // The first body byte (or the end of an empty body) ends the
+        // upstream span.
+        let span = self.upstream_span.take_if(|_| !piece.is_empty() || end);
+        if let (Some(u), false) = (span, piece.is_empty()) {
+            u.first_byte();
         }
         self.input_ended = end;
         if let Some(inf) = &mut self.inflate {
@@ -854,6 +863,9 @@ impl Exchange {
         if self.status.is_none() {
             self.settle_quota(false).await;
         }
+        if let Some(u) = self.upstream_span.take() {
+            u.failed();
+        }
         self.failed(kind, format!("{}: {detail}", class.as_str()));
         self.sink = Sink::Pass;
         self.out.clear();
@@ -875,6 +887,9 @@ impl Exchange {
     /// available from [`Exchange::next_output`]: send it, then end the
     /// client's response as broken.
     pub fn on_broken(&mut self, detail: &str) {
+        if let Some(u) = self.upstream_span.take() {
+            u.failed();
+        }
         self.failed(UpstreamError::Broken, format!("broken: {detail}"));
         if !self.sink_ended {
             self.input_ended = true;

@@ -21,12 +21,12 @@ pub(super) fn passages() -> Vec<Source> {
     for (name, text) in FILES {
         let start = passages.len();
         if name.starts_with("docs/") {
-            super::add_document(&mut passages, name, name, text);
+            super::parse::document(&mut passages, name, name, text);
             for p in &mut passages[start..] {
                 p.author.get_or_insert_with(|| DOCS_AUTHOR.to_owned());
             }
         } else {
-            super::add_document(&mut passages, name, &format!("bundled:{name}"), text);
+            super::parse::document(&mut passages, name, &format!("bundled:{name}"), text);
         }
     }
     passages

@@ -43,10 +43,8 @@ use std::path::{Path, PathBuf};
 
 use bm25::{Embedder, EmbedderBuilder, Language};
 
+use crate::config::DEFAULT_URL_BASE;
 use crate::{BoxFuture, FormedQuery, Provider, SearchError, SetupError, Source};
-
-/// The default `search.local.url_base`.
-pub const DEFAULT_URL_BASE: &str = "local:";
 
 /// A BM25 index over passages.
 pub struct LocalIndex {
@@ -117,7 +115,7 @@ impl LocalIndex {
                 .strip_prefix(dir)
                 .unwrap_or_else(|_| Path::new(file.file_name().unwrap_or_default()));
             let url = file_url(url_base, relative);
-            add_document(&mut passages, &name, &url, &text);
+            parse::document(&mut passages, &name, &url, &text);
         }
         if passages.is_empty() {
             return Err(SetupError::new(format!(
@@ -225,19 +223,6 @@ fn indexed_text(s: &Source) -> String {
         t.push('\n');
     }
     t
-}
-
-/// Adds the passages of one file, by extension.
-fn add_document(passages: &mut Vec<Source>, name: &str, url: &str, text: &str) {
-    if name.ends_with(".jsonl") {
-        let (sources, errors) = parse::jsonl(text);
-        for (line, error) in errors {
-            tracing::warn!(file = %name, line, error = %error, "local search: skipping a line that is not a source object");
-        }
-        passages.extend(sources);
-    } else {
-        passages.extend(parse::markdown(name, url, text));
-    }
 }
 
 const EXTENSIONS: [&str; 4] = ["md", "markdown", "txt", "jsonl"];

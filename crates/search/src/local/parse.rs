@@ -20,6 +20,19 @@ use crate::Source;
 /// Sections longer than this many bytes are split at blank lines.
 pub(crate) const MAX_PASSAGE_CHARS: usize = 2000;
 
+/// Adds the passages of one file, by extension.
+pub(crate) fn document(passages: &mut Vec<Source>, name: &str, url: &str, text: &str) {
+    if name.ends_with(".jsonl") {
+        let (sources, errors) = jsonl(text);
+        for (line, error) in errors {
+            tracing::warn!(file = %name, line, error = %error, "local search: skipping a line that is not a source object");
+        }
+        passages.extend(sources);
+    } else {
+        passages.extend(markdown(name, url, text));
+    }
+}
+
 /// The passages of one markdown or text document. `name` is the file's
 /// path, used for the default title and URL.
 pub(crate) fn markdown(name: &str, default_url: &str, text: &str) -> Vec<Source> {

@@ -82,6 +82,7 @@ impl QueryModel {
     pub(crate) fn new(
         config: &QueryModelConfig,
         tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+        resends: &crate::http::Resends,
     ) -> Result<QueryModel, SetupError> {
         for (key, value) in [("base_url", &config.base_url), ("model", &config.model)] {
             if value.is_empty() {
@@ -90,7 +91,7 @@ impl QueryModel {
                 )));
             }
         }
-        crate::remote::check_url(&config.base_url).map_err(|e| {
+        crate::setup::check_url(&config.base_url).map_err(|e| {
             SetupError::new(format!(
                 "search.query_model.base_url = {:?}: {e}",
                 config.base_url
@@ -102,11 +103,12 @@ impl QueryModel {
         } else {
             format!("{base}/v1/chat/completions")
         };
-        let client = crate::http::client(tls).map_err(|e| {
-            SetupError::new(format!(
-                "search.query_model: cannot build the HTTP client: {e}"
-            ))
-        })?;
+        let client =
+            crate::http::client(tls, resends, crate::http::Caller::QueryModel).map_err(|e| {
+                SetupError::new(format!(
+                    "search.query_model: cannot build the HTTP client: {e}"
+                ))
+            })?;
         Ok(QueryModel {
             url,
             api_key: config.api_key.clone(),
@@ -231,29 +233,29 @@ mod tests {
     fn setup_needs_url_and_model() {
         let mut c = QueryModelConfig::default();
         assert!(
-            QueryModel::new(&c, None)
+            QueryModel::new(&c, None, &Default::default())
                 .unwrap_err()
                 .to_string()
                 .contains("base_url")
         );
         c.base_url = "http://127.0.0.1:1".into();
         assert!(
-            QueryModel::new(&c, None)
+            QueryModel::new(&c, None, &Default::default())
                 .unwrap_err()
                 .to_string()
                 .contains("model")
         );
         c.model = "m".into();
         assert_eq!(
-            QueryModel::new(&c, None).unwrap().url,
+            QueryModel::new(&c, None, &Default::default()).unwrap().url,
             "http://127.0.0.1:1/v1/chat/completions"
         );
         c.base_url = "http://127.0.0.1:1/v1/".into();
         assert_eq!(
-            QueryModel::new(&c, None).unwrap().url,
+            QueryModel::new(&c, None, &Default::default()).unwrap().url,
             "http://127.0.0.1:1/v1/chat/completions"
         );
         c.base_url = "ftp://x".into();
-        assert!(QueryModel::new(&c, None).is_err());
+        assert!(QueryModel::new(&c, None, &Default::default()).is_err());
     }
 }

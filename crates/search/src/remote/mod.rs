@@ -15,10 +15,8 @@ use std::sync::Arc;
 use reqwest::{RequestBuilder, StatusCode};
 
 use crate::config::{ProviderKind, SearchConfig};
-use crate::search::endpoint_url;
-use crate::{
-    BoxFuture, FormedQuery, Provider, SearchError, SearchErrorKind, SetupError, Source, adapt,
-};
+use crate::setup::{SetupError, endpoint_url};
+use crate::{BoxFuture, FormedQuery, Provider, SearchError, SearchErrorKind, Source, adapt};
 
 /// The largest answer read from a provider: 8 MiB.
 pub(crate) const MAX_BODY: usize = 8 << 20;
@@ -40,11 +38,19 @@ impl Remote {
         kind: ProviderKind,
         config: &SearchConfig,
         tls: Option<&Arc<rustls::ClientConfig>>,
+        resends: &crate::http::Resends,
     ) -> Result<Remote, SetupError> {
         let (table, default_url) = match kind {
             ProviderKind::Searxng => {
                 let url = endpoint_url(kind, &config.searxng.url, "")?;
-                return Remote::build(kind, url, String::new(), config.max_text_chars, tls);
+                return Remote::build(
+                    kind,
+                    url,
+                    String::new(),
+                    config.max_text_chars,
+                    tls,
+                    resends,
+                );
             }
             ProviderKind::Perplexity => (&config.perplexity, "https://api.perplexity.ai/search"),
             ProviderKind::Http => (&config.http, ""),
@@ -66,7 +72,14 @@ impl Remote {
                 "search.{kind}.api_key is required for provider \"{kind}\""
             )));
         }
-        Remote::build(kind, url, table.api_key.clone(), config.max_text_chars, tls)
+        Remote::build(
+            kind,
+            url,
+            table.api_key.clone(),
+            config.max_text_chars,
+            tls,
+            resends,
+        )
     }
 
     fn build(
@@ -75,13 +88,15 @@ impl Remote {
         api_key: String,
         text_chars: usize,
         tls: Option<&Arc<rustls::ClientConfig>>,
+        resends: &crate::http::Resends,
     ) -> Result<Remote, SetupError> {
-        let client = crate::http::client(tls).map_err(|e| {
-            SetupError::new(format!(
-                "search.{kind}: cannot build the HTTP client: {}",
-                chain(&e)
-            ))
-        })?;
+        let client =
+            crate::http::client(tls, resends, crate::http::Caller::Provider).map_err(|e| {
+                SetupError::new(format!(
+                    "search.{kind}: cannot build the HTTP client: {}",
+                    chain(&e)
+                ))
+            })?;
         Ok(Remote {
             kind,
             url,
@@ -134,15 +149,6 @@ impl Provider for Remote {
         max_results: usize,
     ) -> BoxFuture<'a, Result<Vec<Source>, SearchError>> {
         Box::pin(self.run(query, max_results))
-    }
-}
-
-/// Checks that `url` is an absolute `http`/`https` URL.
-pub(crate) fn check_url(url: &str) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
-    match parsed.scheme() {
-        "http" | "https" => Ok(()),
-        s => Err(format!("scheme {s:?} is not http or https")),
     }
 }
 

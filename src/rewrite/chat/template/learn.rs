@@ -16,7 +16,7 @@
 
 use std::ops::Range;
 
-use super::nums::{NO_WALK, NumWalk, plain_number};
+use super::num_walk::{NO_WALK, NumWalk, plain_number};
 use super::{ChunkTemplate, Contents, Hole, MAX_CONTENTS, MAX_HOLES, MAX_TEMPLATE};
 
 /// A token range of a chunk a template is cut from (at most

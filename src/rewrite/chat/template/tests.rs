@@ -444,7 +444,7 @@ fn walk_nums_agrees_from_one_chunk_to_the_next() {
 /// text of a word at least (its last word holds the tail).
 #[test]
 fn num_walk_needs_room_for_its_words() {
-    use super::nums::NumWalk;
+    use super::num_walk::NumWalk;
     // `{"a":` 12 `,"bb":` content `}`: the number's word `12,"bb":`.
     let filled = b"{\"a\":12,\"bb\":\0\0\0\0\0\0\0\0";
     let literal = b"{\"a\":,\"bb\":}";
