@@ -34,7 +34,7 @@
 //!     .await
 //!     .unwrap();
 //! assert_eq!(req.search_header(), "not-requested");
-//! assert!(req.plan.is_none());
+//! assert!(req.prepared.plan.is_none());
 //! # });
 //! ```
 
