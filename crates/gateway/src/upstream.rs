@@ -297,8 +297,8 @@ impl HttpUpstream {
                 None if !taken.load(Ordering::Acquire) => {
                     // No connection took the request: nothing of it was
                     // written (the client's pool lost it, see the module
-                    // doc); dropping the future cancels it.
-                    drop(request);
+                    // doc); the pinned future is dropped (cancelled) as this
+                    // attempt's scope ends.
                     if unsent_retry && payload.again() {
                         tracing::warn!(
                             "no upstream connection took the request within {:?}; sending again",
