@@ -32,20 +32,17 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use citestream_host::exchange::{BodyError, Exchange, Handling, RequestHead};
 use citestream_host::grounding::Grounding;
 use citestream_host::telemetry;
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
-    BodySendMode, HeaderSendMode,
-};
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
-};
 use tracing::Instrument;
 
+use crate::pb::processing_request::Request;
+use crate::pb::{
+    BodySendMode, HeaderSendMode, HttpBody, HttpHeaders, ProcessingMode, ProcessingRequest,
+    ProcessingResponse, ProtocolConfiguration,
+};
 use crate::proto::{self, Chunk, Headers};
 use crate::response::{self, BodyMode};
 use citestream_host::exchange::HeaderEdits;
@@ -170,8 +167,8 @@ impl Session {
                     // answers it (a 400 in the endpoint's shape).
                     return self
                         .request_body(HttpBody {
+                            body: Bytes::new(),
                             end_of_stream: true,
-                            ..Default::default()
                         })
                         .await;
                 }
@@ -218,7 +215,7 @@ impl Session {
             let r = ex.request_too_large();
             return immediate(trace, r, "citestream_request_too_large");
         }
-        let original = Bytes::from(b.body);
+        let original = b.body;
         match ex
             .on_request(Some(original.clone()))
             .instrument(trace.clone())
@@ -227,7 +224,7 @@ impl Session {
             Err(r) => immediate(trace, r, "citestream_invalid_request"),
             Ok(f) => {
                 let chunk = match f.body {
-                    Some(body) if body != original => Chunk::Replace(body.to_vec()),
+                    Some(body) if body != original => Chunk::Replace(body),
                     _ => Chunk::Keep,
                 };
                 proto::request_body(chunk, &f.edits)
@@ -258,7 +255,7 @@ impl Session {
     fn response_body(&mut self, b: HttpBody) -> Option<ProcessingResponse> {
         let mode = self.mode;
         let end = b.end_of_stream;
-        let piece = Bytes::from(b.body);
+        let piece = b.body;
         let Some(ex) = self.live() else {
             return response::answer(mode, piece, None, end);
         };
@@ -291,31 +288,26 @@ pub(crate) fn waits(msg: &ProcessingRequest) -> bool {
 }
 
 /// Everything the exchange has to send now, as one piece; `None` when it
-/// is `piece` itself (unchanged: nothing copied). One output is taken
-/// over without a copy when the exchange holds no other reference to it.
-fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Vec<u8>>, BodyError> {
+/// is `piece` itself (unchanged). A lone output is handed on as it is;
+/// only several are copied, into one.
+fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Bytes>, BodyError> {
     let mut first: Option<Bytes> = None;
-    let mut out = Vec::new();
-    loop {
-        match ex.next_output() {
-            Ok(Some(b)) => match first.take() {
-                None if out.is_empty() => first = Some(b),
-                None => out.extend_from_slice(&b),
-                Some(f) => {
-                    out.extend_from_slice(&f);
-                    out.extend_from_slice(&b);
-                }
-            },
-            Ok(None) => {
-                return Ok(match first {
-                    Some(f) if f.as_ptr() == piece.as_ptr() && f.len() == piece.len() => None,
-                    Some(f) => Some(Vec::from(f)),
-                    None => Some(out),
-                });
+    let mut joined = BytesMut::new();
+    while let Some(b) = ex.next_output()? {
+        match first.take() {
+            None if joined.is_empty() => first = Some(b),
+            None => joined.extend_from_slice(&b),
+            Some(f) => {
+                joined.extend_from_slice(&f);
+                joined.extend_from_slice(&b);
             }
-            Err(e) => return Err(e),
         }
     }
+    Ok(match first {
+        Some(f) if f.as_ptr() == piece.as_ptr() && f.len() == piece.len() => None,
+        Some(f) => Some(f),
+        None => Some(joined.freeze()),
+    })
 }
 
 /// An immediate response (a rejected request), its status on the
