@@ -85,27 +85,31 @@ impl Session {
         if waits(&msg) {
             self.handle_waiting(msg, out).await;
         } else {
-            self.handle_now(msg, out);
+            let last = self.handle_now(msg, out);
+            out.extend(last);
         }
     }
 
     /// [`Session::handle`] for the messages answered without waiting
     /// (response bodies, trailers: every message of the per-event path;
-    /// see [`waits`]).
-    pub(crate) fn handle_now(&mut self, msg: ProcessingRequest, out: &mut Vec<ProcessingResponse>) {
+    /// see [`waits`]): returns the last answer to send, after any pushed
+    /// onto `before` (only trailers that end a full-duplex body have one).
+    pub(crate) fn handle_now(
+        &mut self,
+        msg: ProcessingRequest,
+        before: &mut Vec<ProcessingResponse>,
+    ) -> Option<ProcessingResponse> {
         self.configure(msg.protocol_config.as_ref());
-        let answer = match msg.request {
-            Some(Request::RequestTrailers(_)) => Some(proto::request_trailers()),
-            Some(Request::ResponseBody(b)) => self.response_body(b),
+        // In observability mode answers are ignored; send none.
+        let answer = |a| (!msg.observability_mode).then_some(a);
+        match msg.request {
+            Some(Request::RequestTrailers(_)) => answer(proto::request_trailers()),
+            Some(Request::ResponseBody(b)) => self.response_body(b).and_then(answer),
             Some(Request::ResponseTrailers(_)) => {
-                out.extend(self.end_before_trailers());
-                Some(proto::response_trailers())
+                before.extend(self.end_before_trailers().and_then(answer));
+                answer(proto::response_trailers())
             }
             _ => None,
-        };
-        // In observability mode answers are ignored; send none.
-        if !msg.observability_mode {
-            out.extend(answer);
         }
     }
 
@@ -291,23 +295,20 @@ pub(crate) fn waits(msg: &ProcessingRequest) -> bool {
 /// is `piece` itself (unchanged). A lone output is handed on as it is;
 /// only several are copied, into one.
 fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Bytes>, BodyError> {
-    let mut first: Option<Bytes> = None;
-    let mut joined = BytesMut::new();
+    let Some(first) = ex.next_output()? else {
+        return Ok(Some(Bytes::new()));
+    };
+    let Some(second) = ex.next_output()? else {
+        let same = first.as_ptr() == piece.as_ptr() && first.len() == piece.len();
+        return Ok((!same).then_some(first));
+    };
+    let mut joined = BytesMut::with_capacity(first.len() + second.len());
+    joined.extend_from_slice(&first);
+    joined.extend_from_slice(&second);
     while let Some(b) = ex.next_output()? {
-        match first.take() {
-            None if joined.is_empty() => first = Some(b),
-            None => joined.extend_from_slice(&b),
-            Some(f) => {
-                joined.extend_from_slice(&f);
-                joined.extend_from_slice(&b);
-            }
-        }
+        joined.extend_from_slice(&b);
     }
-    Ok(match first {
-        Some(f) if f.as_ptr() == piece.as_ptr() && f.len() == piece.len() => None,
-        Some(f) => Some(f),
-        None => Some(joined.freeze()),
-    })
+    Ok(Some(joined.freeze()))
 }
 
 /// An immediate response (a rejected request), its status on the

@@ -115,8 +115,8 @@ pub(crate) fn mutation(edits: &HeaderEdits) -> Option<HeaderMutation> {
 
 fn common(edits: &HeaderEdits, body: Option<Mutation>) -> Option<CommonResponse> {
     let header_mutation = mutation(edits);
-    if header_mutation.is_none() && body.is_none() {
-        return None;
+    if header_mutation.is_none() {
+        return body_only(body);
     }
     Some(CommonResponse {
         header_mutation,
@@ -124,6 +124,17 @@ fn common(edits: &HeaderEdits, body: Option<Mutation>) -> Option<CommonResponse>
     })
 }
 
+/// [`common`] without header edits (every response body answer): no
+/// `HeaderEdits` made or read per body message.
+#[inline]
+fn body_only(body: Option<Mutation>) -> Option<CommonResponse> {
+    body.map(|m| CommonResponse {
+        header_mutation: None,
+        body_mutation: Some(BodyMutation { mutation: Some(m) }),
+    })
+}
+
+#[inline]
 fn wrap(r: Response) -> ProcessingResponse {
     ProcessingResponse {
         response: Some(r),
@@ -154,6 +165,7 @@ pub(crate) enum Chunk {
     Replace(Bytes),
 }
 
+#[inline]
 fn chunk_mutation(chunk: Chunk) -> Option<Mutation> {
     match chunk {
         Chunk::Keep => None,
@@ -171,20 +183,22 @@ pub(crate) fn request_body(chunk: Chunk, edits: &HeaderEdits) -> ProcessingRespo
 
 /// The answer to a response body message in `BUFFERED` or `STREAMED`
 /// mode.
+#[inline]
 pub(crate) fn response_body(chunk: Chunk) -> ProcessingResponse {
     wrap(Response::ResponseBody(BodyResponse {
-        response: common(&HeaderEdits::default(), chunk_mutation(chunk)),
+        response: body_only(chunk_mutation(chunk)),
     }))
 }
 
 /// One piece of the response body in `FULL_DUPLEX_STREAMED` mode.
+#[inline]
 pub(crate) fn response_body_streamed(body: Bytes, end_of_stream: bool) -> ProcessingResponse {
     let m = Mutation::StreamedResponse(StreamedBodyResponse {
         body,
         end_of_stream,
     });
     wrap(Response::ResponseBody(BodyResponse {
-        response: common(&HeaderEdits::default(), Some(m)),
+        response: body_only(Some(m)),
     }))
 }
 

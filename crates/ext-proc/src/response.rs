@@ -41,6 +41,7 @@ pub enum BodyMode {
 /// output is `out` (`None`: `original` itself, which full duplex sends
 /// back as it is). Nothing is copied: the answer holds `out` (or
 /// `original`).
+#[inline]
 pub(crate) fn answer(
     mode: BodyMode,
     original: Bytes,

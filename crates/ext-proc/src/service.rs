@@ -119,7 +119,16 @@ impl Stream for Answers {
                 let Some(session) = this.session.as_mut() else {
                     return Poll::Ready(None);
                 };
-                session.handle_now(msg, &mut this.out);
+                // The per-event path: the answer goes out from here,
+                // without the queue, unless another must go before it.
+                let last = session.handle_now(msg, &mut this.out);
+                if this.out.is_empty() {
+                    match last {
+                        Some(a) => return Poll::Ready(Some(Ok(a))),
+                        None => continue,
+                    }
+                }
+                this.out.extend(last);
                 this.out.reverse();
                 continue;
             }
