@@ -30,7 +30,19 @@
 //!     one above [`RETRY_AFTER_CAP`] is not waited for: that answer goes to
 //!     the client.
 //!
-//!   Each is counted in `citestream_upstream_retries_total{reason}`.
+//!   - once, on a connection of its own, when no connection took the
+//!     request within `upstream.connect_timeout` + [`HANDOFF_GRACE`]
+//!     ([`conn::Handed`]): nothing of it was written. hyper-util's pool can
+//!     lose a request this way when it hands the request to a kept-alive
+//!     connection at the moment the upstream closes it: the request lands
+//!     in the connection's queue after its task drained it, and its answer
+//!     never comes (the queue lives on as long as the waiting request holds
+//!     the connection's sender). This bound is separate from the headers
+//!     wait: a slow upstream answers late, but takes its request at once.
+//!     A streamed body cannot be sent again: that request is a 502.
+//!
+//!   Each is counted in `citestream_upstream_retries_total{reason}` (the
+//!   two reused-connection cases as `stale_connection`).
 //! * No response headers within `headers_timeout` (or no connection within
 //!   `connect_timeout`): [`UpstreamFailure::Timeout`] (a 504); refused or
 //!   broken before the headers: [`UpstreamFailure::Unreachable`] (a 502).
@@ -45,6 +57,7 @@ mod route;
 mod tunnel;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -79,6 +92,10 @@ pub(crate) const RETRY_AFTER_CAP: Duration = Duration::from_secs(10);
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
+/// How much longer than `upstream.connect_timeout` a sent request may wait
+/// for a connection to take it (the TLS handshake, the HTTP handshake).
+const HANDOFF_GRACE: Duration = Duration::from_secs(5);
+
 /// Why there is no upstream response.
 #[derive(Debug)]
 pub(crate) enum UpstreamFailure {
@@ -112,6 +129,8 @@ pub(crate) struct HttpUpstream {
     clients: Clients<HttpsConnector<Tunnel>>,
     routes: Routes,
     headers_timeout: Duration,
+    /// How long a sent request may wait for a connection to take it.
+    handoff_timeout: Duration,
     idle_timeout: Duration,
     retries: u32,
     metrics: Arc<Metrics>,
@@ -155,6 +174,7 @@ impl Upstream {
             clients,
             routes,
             headers_timeout: up.headers_timeout,
+            handoff_timeout: up.connect_timeout + HANDOFF_GRACE,
             idle_timeout: up.idle_timeout,
             retries: up.retries,
             metrics,
@@ -237,6 +257,7 @@ impl HttpUpstream {
         let mut at = target.first();
         let mut retries = self.retries;
         let mut stale_retry = true;
+        let mut unsent_retry = true;
         let mut fresh = false;
         let mut attempt = 0u32;
         loop {
@@ -249,10 +270,11 @@ impl HttpUpstream {
                     "request body already sent".into(),
                 ));
             };
-            let mut r = Request::new(body);
+            let mut r = Request::new(());
             *r.method_mut() = parts.method.clone();
             *r.uri_mut() = uri;
             *r.headers_mut() = headers.clone();
+            let (r_parts, ()) = r.into_parts();
             let sent = std::time::Instant::now();
             let client = if fresh {
                 self.clients.fresh()
@@ -260,14 +282,47 @@ impl HttpUpstream {
                 self.clients.pooled()
             };
             fresh = false;
-            let res = match tokio::time::timeout(self.headers_timeout, client.request(r)).await {
-                Err(_) => {
-                    return Err(UpstreamFailure::Timeout(format!(
-                        "no response headers within {:?}",
-                        self.headers_timeout
+            let (body, taken) = conn::Handed::wrap(body);
+            let r = Request::from_parts(r_parts, body);
+            let headers_by = tokio::time::Instant::now() + self.headers_timeout;
+            let handoff_by = (tokio::time::Instant::now() + self.handoff_timeout).min(headers_by);
+            let request = client.request(r);
+            tokio::pin!(request);
+            let early = tokio::select! {
+                res = &mut request => Some(res),
+                () = tokio::time::sleep_until(handoff_by) => None,
+            };
+            let res = match early {
+                Some(res) => res,
+                None if !taken.load(Ordering::Acquire) => {
+                    // No connection took the request: nothing of it was
+                    // written (the client's pool lost it, see the module
+                    // doc); the pinned future is dropped (cancelled) as this
+                    // attempt's scope ends.
+                    if unsent_retry && payload.again() {
+                        tracing::warn!(
+                            "no upstream connection took the request within {:?}; sending again",
+                            self.handoff_timeout
+                        );
+                        self.metrics.upstream_retry(UpstreamRetry::StaleConnection);
+                        unsent_retry = false;
+                        fresh = true;
+                        continue;
+                    }
+                    return Err(UpstreamFailure::Unreachable(format!(
+                        "no upstream connection took the request within {:?}",
+                        self.handoff_timeout
                     )));
                 }
-                Ok(res) => res,
+                None => match tokio::time::timeout_at(headers_by, request).await {
+                    Err(_) => {
+                        return Err(UpstreamFailure::Timeout(format!(
+                            "no response headers within {:?}",
+                            self.headers_timeout
+                        )));
+                    }
+                    Ok(res) => res,
+                },
             };
             let can_retry = retries > 0 && payload.again();
             match res {

@@ -14,6 +14,10 @@
 //!   the server never answered it.
 //! * [`Clients::fresh`] never pools: a request sent there gets a connection
 //!   of its own, closed after the response.
+//! * [`Handed`]: a request body that notes when a connection's dispatcher
+//!   took its request (hyper reads the body's length then, before writing
+//!   the head). A request not taken long after it was sent never reached a
+//!   connection: nothing of it was written, it is safe to send again.
 //! * The pool keeps idle connections for `upstream.pool_idle_timeout`
 //!   (default 4 s, below uvicorn's 5 s keep-alive) and at most
 //!   `upstream.pool_max_idle_per_host` per host.
@@ -21,7 +25,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -33,6 +37,56 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
 use crate::body::AnyBody;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+
+/// A request body that notes when a connection took its request: the
+/// first time hyper asks for its length or its frames.
+pub(crate) struct Handed {
+    inner: AnyBody,
+    taken: Arc<AtomicBool>,
+}
+
+impl Handed {
+    /// `inner`, and the flag set once a connection took it.
+    pub(crate) fn wrap(inner: AnyBody) -> (AnyBody, Arc<AtomicBool>) {
+        let taken = Arc::new(AtomicBool::new(false));
+        let body = Handed {
+            inner,
+            taken: taken.clone(),
+        };
+        (body.boxed(), taken)
+    }
+
+    fn mark(&self) {
+        self.taken.store(true, Ordering::Release);
+    }
+}
+
+impl Body for Handed {
+    type Data = Bytes;
+    type Error = crate::body::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        this.mark();
+        Pin::new(&mut this.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.mark();
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.mark();
+        self.inner.size_hint()
+    }
+}
 
 /// When a connection was made and its turn count, shared with its
 /// [`Connected`] info.
@@ -241,4 +295,83 @@ pub(crate) fn is_stale(e: &hyper_util::client::legacy::Error, sent: Instant) -> 
         src = s.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback upstream that answers one request per connection and
+    /// closes it (no `connection: close`), after `delay`.
+    async fn upstream(delay: std::time::Duration) -> std::net::SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    tokio::time::sleep(delay).await;
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    fn clients() -> Clients<HttpConnector> {
+        Clients::new(
+            HttpConnector::new(),
+            PoolSettings {
+                idle_timeout: std::time::Duration::from_secs(4),
+                max_idle_per_host: 16,
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn handed_notes_when_a_connection_takes_the_request() {
+        // A slow answer: the request is taken long before its headers.
+        let addr = upstream(std::time::Duration::from_millis(300)).await;
+        let c = clients();
+        for body in [Bytes::new(), Bytes::from_static(b"{\"a\":1}")] {
+            let (b, taken) = Handed::wrap(crate::body::full(body));
+            assert!(!taken.load(Ordering::Acquire));
+            let mut req = http::Request::new(b);
+            *req.method_mut() = http::Method::POST;
+            *req.uri_mut() = format!("http://{addr}/v1/x").parse().unwrap();
+            let fut = c.pooled().request(req);
+            tokio::pin!(fut);
+            let early = tokio::time::timeout(std::time::Duration::from_millis(150), &mut fut).await;
+            assert!(early.is_err(), "answered before the upstream's delay");
+            assert!(taken.load(Ordering::Acquire), "taken before the answer");
+            let resp = fut.await.unwrap();
+            assert_eq!(resp.status(), 200);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_not_yet_on_a_connection_is_not_taken() {
+        // Nothing listens: the connect fails, the body was never read.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let c = clients();
+        let (b, taken) = Handed::wrap(crate::body::full(Bytes::from_static(b"x")));
+        let mut req = http::Request::new(b);
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = format!("http://{addr}/").parse().unwrap();
+        assert!(c.fresh().request(req).await.is_err());
+        assert!(!taken.load(Ordering::Acquire));
+    }
 }
