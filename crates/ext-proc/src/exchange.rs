@@ -36,6 +36,7 @@ use bytes::Bytes;
 use citestream_host::exchange::{BodyError, Exchange, Handling, RequestHead};
 use citestream_host::grounding::Grounding;
 use citestream_host::telemetry;
+use citestream_host::telemetry::Instrument;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
     BodySendMode, HeaderSendMode,
@@ -44,7 +45,6 @@ use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
 };
-use tracing::Instrument;
 
 use crate::proto::{self, Chunk, Headers};
 use crate::response::{self, BodyMode};
@@ -62,7 +62,7 @@ pub(crate) struct Session {
     /// The request body has been handled.
     requested: bool,
     /// The `request` span (disabled when not ours or traces are off).
-    trace: tracing::Span,
+    trace: telemetry::Span,
 }
 
 impl Session {
@@ -74,7 +74,7 @@ impl Session {
             exchange: None,
             bypass: false,
             requested: false,
-            trace: tracing::Span::none(),
+            trace: telemetry::Span::none(),
         }
     }
 
@@ -243,7 +243,7 @@ impl Session {
         let headers = Headers::read(h.headers.as_ref());
         let head = ex
             .on_response_headers(headers.status, &headers.map)
-            .instrument(tracing::info_span!(parent: &trace, "response"))
+            .instrument(trace.child("response"))
             .await;
         let search = head.edits.get("x-citestream-search");
         telemetry::record_reply(&trace, headers.status, search);
@@ -321,7 +321,7 @@ fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Vec<u8>>, BodyError>
 /// An immediate response (a rejected request), its status on the
 /// `request` span.
 fn immediate(
-    trace: &tracing::Span,
+    trace: &telemetry::Span,
     r: citestream_host::exchange::Reply,
     details: &str,
 ) -> ProcessingResponse {
