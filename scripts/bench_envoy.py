@@ -29,7 +29,8 @@ What it measures, all in one run on loopback:
   mode (the goal: at most 1.2x);
 * `--compare-bin PATH`: two more rows, another `citestream` build's
   ext-proc (`web_search: true`, both body modes), for a before/after in
-  the same run;
+  the same run; `--compare-noop-bin PATH` the same for another build of
+  the do-nothing processor (e.g. `main`'s, on other message types);
 * `--rounds N` runs every set-up N times, interleaved (round 1 of each,
   then round 2, ...), and pools each set-up's events, so a busy moment of
   the machine falls on all of them alike.
@@ -156,9 +157,9 @@ def run_streams(url: str, up: Upstream, streams: int, search: bool = True) -> li
 class Noop:
     """The do-nothing processor (`examples/noop_processor.rs`) on a free port."""
 
-    def __init__(self):
+    def __init__(self, path: str | None = None):
         root = Path(__file__).resolve().parents[1]
-        path = os.environ.get("NOOP_BIN", str(root / "target" / "release" / "examples" / "noop_processor"))
+        path = path or os.environ.get("NOOP_BIN", str(root / "target" / "release" / "examples" / "noop_processor"))
         if not os.access(path, os.X_OK):
             raise SystemExit(f"{path} missing: cargo build --release -p citestream-ext-proc --example noop_processor")
         self.port = free_port()
@@ -185,6 +186,7 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=0.002)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--compare-bin", help="another citestream binary: its ext-proc rows too")
+    ap.add_argument("--compare-noop-bin", help="another noop_processor binary: its rows too")
     args = ap.parse_args()
     envoy_bin()
     up = Upstream(args.events, args.gap).start()
@@ -194,6 +196,7 @@ def main() -> None:
     proc = ExtProc.start({"search": {"provider": "static", "static": {"path": str(tmp / "sources.json")}},
                           "plans": {"default": {"searches_per_day": 1_000_000}}})
     noop = Noop()
+    other_noop = Noop(args.compare_noop_bin) if args.compare_noop_bin else None
     other = None
     if args.compare_bin:
         mine = os.environ.get("CITESTREAM_BIN")
@@ -216,6 +219,9 @@ def main() -> None:
                   ("ext-proc FULL_DUPLEX", proc, FULL_DUPLEX, True),
                   ("ext-proc STREAMED, web_search false (pass-through)", proc, STREAMED, False),
                   ("ext-proc FULL_DUPLEX, web_search false (pass-through)", proc, FULL_DUPLEX, False)]
+        if other_noop is not None:
+            setups += [("noop (--compare-noop-bin) STREAMED", other_noop, STREAMED, True),
+                       ("noop (--compare-noop-bin) FULL_DUPLEX", other_noop, FULL_DUPLEX, True)]
         if other is not None:
             setups += [("ext-proc (--compare-bin) STREAMED", other, STREAMED, True),
                        ("ext-proc (--compare-bin) FULL_DUPLEX", other, FULL_DUPLEX, True)]
@@ -235,6 +241,8 @@ def main() -> None:
                 results[label] = (old_lat + lat, old_cpu + cpu)
     finally:
         noop.stop()
+        if other_noop is not None:
+            other_noop.stop()
         proc.stop()
         if other is not None:
             other.stop()

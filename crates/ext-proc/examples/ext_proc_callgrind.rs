@@ -32,16 +32,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use citestream_ext_proc::grpc::Streams;
 use citestream_ext_proc::noop::Noop;
+use citestream_ext_proc::pb::{
+    BodySendMode, HttpBody, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
+    processing_request::Request,
+};
 use citestream_ext_proc::{MAX_MESSAGE, Processor, http_headers};
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    HttpBody, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
-    processing_request::Request,
-};
 use futures_core::Stream;
 use hyper::body::Frame;
 use prost::Message;
@@ -108,9 +107,8 @@ fn framed(m: &ProcessingRequest) -> Bytes {
 fn body_message(body: Vec<u8>, end_of_stream: bool) -> Bytes {
     framed(&ProcessingRequest {
         request: Some(Request::ResponseBody(HttpBody {
-            body,
+            body: body.into(),
             end_of_stream,
-            ..Default::default()
         })),
         ..Default::default()
     })
@@ -199,19 +197,9 @@ fn main() {
         let body = tx.clone();
         let decoder = tonic_prost::ProstCodec::<ProcessingResponse, ProcessingRequest>::default().decoder();
         let inbound = Streaming::new_request(decoder, body, None, Some(MAX_MESSAGE));
-        let request = tonic::Request::new(inbound);
         let mut answers: Answers = match processor {
-            "citestream" => {
-                let p = Processor::new(grounding().await);
-                match p.process(request).await {
-                    Ok(r) => Box::pin(r.into_inner()),
-                    Err(e) => usage(&e.to_string()),
-                }
-            }
-            "noop" => match Noop.process(request).await {
-                Ok(r) => Box::pin(r.into_inner()),
-                Err(e) => usage(&e.to_string()),
-            },
+            "citestream" => Box::pin(Processor::new(grounding().await).open(inbound)),
+            "noop" => Box::pin(Noop.open(inbound)),
             other => usage(&format!("unknown processor {other:?}")),
         };
         let request_body = format!(
@@ -233,9 +221,8 @@ fn main() {
             },
             ProcessingRequest {
                 request: Some(Request::RequestBody(HttpBody {
-                    body: request_body.into_bytes(),
+                    body: request_body.into(),
                     end_of_stream: true,
-                    ..Default::default()
                 })),
                 ..Default::default()
             },

@@ -8,16 +8,15 @@
 //! ```
 //!
 //! It serves `citestream_ext_proc::noop::Noop` (what it answers to each
-//! message is documented there) on the same tonic server and generated
-//! types as `citestream ext-proc`: the same message size limits,
+//! message is documented there) on the same tonic server, gRPC service and
+//! message types as `citestream ext-proc`: the same message size limits,
 //! `TCP_NODELAY` on accepted connections, a multi-threaded runtime.
 //! SIGTERM or SIGINT stops accepting and lets open streams finish.
 
 use std::net::SocketAddr;
 
-use citestream_ext_proc::MAX_MESSAGE;
 use citestream_ext_proc::noop::Noop;
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
+use citestream_ext_proc::{ExternalProcessorServer, MAX_MESSAGE};
 use tonic::transport::server::TcpIncoming;
 
 fn listen_addr() -> Result<SocketAddr, String> {

@@ -32,20 +32,17 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use citestream_host::exchange::{BodyError, Exchange, Handling, RequestHead};
 use citestream_host::grounding::Grounding;
 use citestream_host::telemetry;
 use citestream_host::telemetry::Instrument;
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
-    BodySendMode, HeaderSendMode,
-};
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
-};
 
+use crate::pb::processing_request::Request;
+use crate::pb::{
+    BodySendMode, HeaderSendMode, HttpBody, HttpHeaders, ProcessingMode, ProcessingRequest,
+    ProcessingResponse, ProtocolConfiguration,
+};
 use crate::proto::{self, Chunk, Headers};
 use crate::response::{self, BodyMode};
 use citestream_host::exchange::HeaderEdits;
@@ -88,27 +85,31 @@ impl Session {
         if waits(&msg) {
             self.handle_waiting(msg, out).await;
         } else {
-            self.handle_now(msg, out);
+            let last = self.handle_now(msg, out);
+            out.extend(last);
         }
     }
 
     /// [`Session::handle`] for the messages answered without waiting
     /// (response bodies, trailers: every message of the per-event path;
-    /// see [`waits`]).
-    pub(crate) fn handle_now(&mut self, msg: ProcessingRequest, out: &mut Vec<ProcessingResponse>) {
+    /// see [`waits`]): returns the last answer to send, after any pushed
+    /// onto `before` (only trailers that end a full-duplex body have one).
+    pub(crate) fn handle_now(
+        &mut self,
+        msg: ProcessingRequest,
+        before: &mut Vec<ProcessingResponse>,
+    ) -> Option<ProcessingResponse> {
         self.configure(msg.protocol_config.as_ref());
-        let answer = match msg.request {
-            Some(Request::RequestTrailers(_)) => Some(proto::request_trailers()),
-            Some(Request::ResponseBody(b)) => self.response_body(b),
+        // In observability mode answers are ignored; send none.
+        let answer = |a| (!msg.observability_mode).then_some(a);
+        match msg.request {
+            Some(Request::RequestTrailers(_)) => answer(proto::request_trailers()),
+            Some(Request::ResponseBody(b)) => self.response_body(b).and_then(answer),
             Some(Request::ResponseTrailers(_)) => {
-                out.extend(self.end_before_trailers());
-                Some(proto::response_trailers())
+                before.extend(self.end_before_trailers().and_then(answer));
+                answer(proto::response_trailers())
             }
             _ => None,
-        };
-        // In observability mode answers are ignored; send none.
-        if !msg.observability_mode {
-            out.extend(answer);
         }
     }
 
@@ -170,8 +171,8 @@ impl Session {
                     // answers it (a 400 in the endpoint's shape).
                     return self
                         .request_body(HttpBody {
+                            body: Bytes::new(),
                             end_of_stream: true,
-                            ..Default::default()
                         })
                         .await;
                 }
@@ -218,7 +219,7 @@ impl Session {
             let r = ex.request_too_large();
             return immediate(trace, r, "citestream_request_too_large");
         }
-        let original = Bytes::from(b.body);
+        let original = b.body;
         match ex
             .on_request(Some(original.clone()))
             .instrument(trace.clone())
@@ -227,7 +228,7 @@ impl Session {
             Err(r) => immediate(trace, r, "citestream_invalid_request"),
             Ok(f) => {
                 let chunk = match f.body {
-                    Some(body) if body != original => Chunk::Replace(body.to_vec()),
+                    Some(body) if body != original => Chunk::Replace(body),
                     _ => Chunk::Keep,
                 };
                 proto::request_body(chunk, &f.edits)
@@ -258,7 +259,7 @@ impl Session {
     fn response_body(&mut self, b: HttpBody) -> Option<ProcessingResponse> {
         let mode = self.mode;
         let end = b.end_of_stream;
-        let piece = Bytes::from(b.body);
+        let piece = b.body;
         let Some(ex) = self.live() else {
             return response::answer(mode, piece, None, end);
         };
@@ -291,31 +292,23 @@ pub(crate) fn waits(msg: &ProcessingRequest) -> bool {
 }
 
 /// Everything the exchange has to send now, as one piece; `None` when it
-/// is `piece` itself (unchanged: nothing copied). One output is taken
-/// over without a copy when the exchange holds no other reference to it.
-fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Vec<u8>>, BodyError> {
-    let mut first: Option<Bytes> = None;
-    let mut out = Vec::new();
-    loop {
-        match ex.next_output() {
-            Ok(Some(b)) => match first.take() {
-                None if out.is_empty() => first = Some(b),
-                None => out.extend_from_slice(&b),
-                Some(f) => {
-                    out.extend_from_slice(&f);
-                    out.extend_from_slice(&b);
-                }
-            },
-            Ok(None) => {
-                return Ok(match first {
-                    Some(f) if f.as_ptr() == piece.as_ptr() && f.len() == piece.len() => None,
-                    Some(f) => Some(Vec::from(f)),
-                    None => Some(out),
-                });
-            }
-            Err(e) => return Err(e),
-        }
+/// is `piece` itself (unchanged). A lone output is handed on as it is;
+/// only several are copied, into one.
+fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Bytes>, BodyError> {
+    let Some(first) = ex.next_output()? else {
+        return Ok(Some(Bytes::new()));
+    };
+    let Some(second) = ex.next_output()? else {
+        let same = first.as_ptr() == piece.as_ptr() && first.len() == piece.len();
+        return Ok((!same).then_some(first));
+    };
+    let mut joined = BytesMut::with_capacity(first.len() + second.len());
+    joined.extend_from_slice(&first);
+    joined.extend_from_slice(&second);
+    while let Some(b) = ex.next_output()? {
+        joined.extend_from_slice(&b);
     }
+    Ok(Some(joined.freeze()))
 }
 
 /// An immediate response (a rejected request), its status on the

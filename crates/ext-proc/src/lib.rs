@@ -3,7 +3,8 @@
 //! Envoy-based gateway gets it by adding one HTTP filter.
 //!
 //! The processor is a gRPC server of `envoy.service.ext_proc.v3.ExternalProcessor`
-//! (tonic; the protos come generated from `envoy-types`). It shares
+//! (tonic, over the crate's own `prost` types of the messages it uses,
+//! whose body fields are `Bytes`: see [`pb`]). It shares
 //! everything but the HTTP stack with `citestream serve` through
 //! `citestream-host`: the config file (without `[upstream]`: Envoy routes
 //! the request), accounts and auth, search providers, quota stores, the
@@ -30,10 +31,13 @@
 //!   message.
 //! * `response` (private): the answers to response body
 //!   messages in both body modes.
-//! * [`service`]: the tonic service.
+//! * [`service`]: the processor's answer streams.
+//! * [`grpc`]: the tonic service of any processor.
+//! * [`pb`]: the protobuf messages.
 //! * [`noop`]: the do-nothing processor, the protocol's floor for
 //!   benchmarks.
-//! * `proto` (private): the only code that knows the protobuf shapes.
+//! * `proto` (private): the processor's builders and readers of the
+//!   messages.
 //! * `probes` (private): the metrics port (`/metrics`, `/healthz`,
 //!   `/readyz`).
 //!
@@ -64,7 +68,9 @@
 //! upstream never fails a stream here: it passes through.
 
 mod exchange;
+pub mod grpc;
 pub mod noop;
+pub mod pb;
 mod probes;
 mod proto;
 mod response;
@@ -80,11 +86,11 @@ use std::time::Duration;
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
 use citestream_host::reload::{Reloader, Signal, Swap, rebuild_grounding};
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
+pub use grpc::ExternalProcessorServer;
 pub use proto::http_headers;
 pub use response::BodyMode;
 pub use service::Processor;

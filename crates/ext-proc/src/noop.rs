@@ -14,43 +14,42 @@
 //!   `protocol_config`, per direction): Envoy forwards only what the
 //!   processor sends back, so each message's bytes go back as one
 //!   `streamed_response` with the message's `end_of_stream` (the received
-//!   buffer moved into the answer, not copied); an empty piece that does
-//!   not end the body gets no answer;
+//!   bytes, a slice of the gRPC frame, moved into the answer, not copied);
+//!   an empty piece that does not end the body gets no answer;
 //! * `observability_mode`: no answers at all.
 //!
 //! No task or channel per stream: the answer stream polls the inbound one
-//! directly, so each answer is made in the poll that read its message.
+//! directly, so each answer is made in the poll that read its message. It
+//! uses the same message types ([`crate::pb`]) and gRPC service
+//! ([`crate::grpc`]) as `citestream ext-proc`, so the difference between
+//! the two is the processor's own work.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    BodyMutation, BodyResponse, CommonResponse, HeadersResponse, HttpBody, ProcessingRequest,
-    ProcessingResponse, StreamedBodyResponse, TrailersResponse, body_mutation::Mutation,
-    processing_request::Request, processing_response::Response,
-};
 use futures_core::Stream;
 use tonic::{Status, Streaming};
+
+use crate::grpc::Streams;
+use crate::pb::{
+    BodyMutation, BodyResponse, BodySendMode, CommonResponse, HeadersResponse, HttpBody,
+    ProcessingRequest, ProcessingResponse, StreamedBodyResponse, TrailersResponse,
+    body_mutation::Mutation, processing_request::Request, processing_response::Response,
+};
 
 /// The do-nothing processor (see the module docs).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Noop;
 
-#[tonic::async_trait]
-impl ExternalProcessor for Noop {
-    type ProcessStream = NoopAnswers;
+impl Streams for Noop {
+    type Answers = NoopAnswers;
 
-    async fn process(
-        &self,
-        request: tonic::Request<Streaming<ProcessingRequest>>,
-    ) -> Result<tonic::Response<NoopAnswers>, Status> {
-        Ok(tonic::Response::new(NoopAnswers {
-            inbound: request.into_inner(),
+    fn open(&self, inbound: Streaming<ProcessingRequest>) -> NoopAnswers {
+        NoopAnswers {
+            inbound,
             request_duplex: false,
             response_duplex: false,
-        }))
+        }
     }
 }
 
@@ -124,14 +123,13 @@ fn body(b: HttpBody, duplex: bool) -> Option<BodyResponse> {
     let echo = StreamedBodyResponse {
         body: b.body,
         end_of_stream: b.end_of_stream,
-        ..Default::default()
     };
     Some(BodyResponse {
         response: Some(CommonResponse {
             body_mutation: Some(BodyMutation {
                 mutation: Some(Mutation::StreamedResponse(echo)),
             }),
-            ..Default::default()
+            header_mutation: None,
         }),
     })
 }

@@ -1,21 +1,22 @@
 //! Builders for the `envoy.service.ext_proc.v3` messages this processor
-//! sends, and readers for the headers Envoy sends: the only module that
-//! knows the shape of the generated protobuf types.
+//! sends, and readers for the headers Envoy sends: the only module of the
+//! processor that knows the shape of the protobuf types ([`crate::pb`]).
+//! Body bytes go into the answers as the [`Bytes`] they are, not copied.
 //!
 //! Header values: Envoy (1.2x and later) sends them in `raw_value` and
 //! leaves `value` empty; older builds used `value`. Readers take
 //! `raw_value` when it is set, else `value`. Mutations are written with
 //! `raw_value`, which every Envoy with `ext_proc` accepts.
 
+use bytes::Bytes;
 use citestream_host::exchange::{HeaderEdits, Reply};
-use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
-use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue, HeaderValueOption};
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, HttpHeaders,
-    ImmediateResponse, ProcessingResponse, StreamedBodyResponse, TrailersResponse,
-    body_mutation::Mutation, processing_response::Response,
+
+use crate::pb::{
+    BodyMutation, BodyResponse, CommonResponse, HeaderAppendAction, HeaderMap, HeaderMutation,
+    HeaderValue, HeaderValueOption, HeadersResponse, HttpHeaders, HttpStatus, ImmediateResponse,
+    ProcessingResponse, StreamedBodyResponse, TrailersResponse, body_mutation::Mutation,
+    processing_response::Response,
 };
-use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 
 /// Request headers as Envoy sent them: the pseudo-headers this processor
 /// reads and the rest as an [`http::HeaderMap`] (what the host's auth
@@ -41,7 +42,7 @@ impl Headers {
             let value = if h.raw_value.is_empty() {
                 h.value.as_bytes()
             } else {
-                &h.raw_value
+                &h.raw_value[..]
             };
             match h.key.as_str() {
                 ":method" => out.method = String::from_utf8_lossy(value).into_owned(),
@@ -78,13 +79,12 @@ pub fn http_headers(pairs: &[(&str, &str)], end_of_stream: bool) -> HttpHeaders 
                 .iter()
                 .map(|(k, v)| HeaderValue {
                     key: (*k).to_owned(),
-                    raw_value: v.as_bytes().to_vec(),
+                    raw_value: Bytes::copy_from_slice(v.as_bytes()),
                     ..Default::default()
                 })
                 .collect(),
         }),
         end_of_stream,
-        ..Default::default()
     }
 }
 
@@ -103,11 +103,10 @@ pub(crate) fn mutation(edits: &HeaderEdits) -> Option<HeaderMutation> {
             .map(|(n, v)| HeaderValueOption {
                 header: Some(HeaderValue {
                     key: n.as_str().to_owned(),
-                    raw_value: v.as_bytes().to_vec(),
+                    raw_value: Bytes::copy_from_slice(v.as_bytes()),
                     ..Default::default()
                 }),
                 append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
-                ..Default::default()
             })
             .collect(),
         remove_headers: edits.removals().map(|n| n.as_str().to_owned()).collect(),
@@ -116,16 +115,26 @@ pub(crate) fn mutation(edits: &HeaderEdits) -> Option<HeaderMutation> {
 
 fn common(edits: &HeaderEdits, body: Option<Mutation>) -> Option<CommonResponse> {
     let header_mutation = mutation(edits);
-    if header_mutation.is_none() && body.is_none() {
-        return None;
+    if header_mutation.is_none() {
+        return body_only(body);
     }
     Some(CommonResponse {
         header_mutation,
         body_mutation: body.map(|m| BodyMutation { mutation: Some(m) }),
-        ..Default::default()
     })
 }
 
+/// [`common`] without header edits (every response body answer): no
+/// `HeaderEdits` made or read per body message.
+#[inline]
+fn body_only(body: Option<Mutation>) -> Option<CommonResponse> {
+    body.map(|m| CommonResponse {
+        header_mutation: None,
+        body_mutation: Some(BodyMutation { mutation: Some(m) }),
+    })
+}
+
+#[inline]
 fn wrap(r: Response) -> ProcessingResponse {
     ProcessingResponse {
         response: Some(r),
@@ -153,9 +162,10 @@ pub(crate) enum Chunk {
     /// Leave it as it is.
     Keep,
     /// Replace it with these bytes (empty: send nothing for it).
-    Replace(Vec<u8>),
+    Replace(Bytes),
 }
 
+#[inline]
 fn chunk_mutation(chunk: Chunk) -> Option<Mutation> {
     match chunk {
         Chunk::Keep => None,
@@ -173,21 +183,22 @@ pub(crate) fn request_body(chunk: Chunk, edits: &HeaderEdits) -> ProcessingRespo
 
 /// The answer to a response body message in `BUFFERED` or `STREAMED`
 /// mode.
+#[inline]
 pub(crate) fn response_body(chunk: Chunk) -> ProcessingResponse {
     wrap(Response::ResponseBody(BodyResponse {
-        response: common(&HeaderEdits::default(), chunk_mutation(chunk)),
+        response: body_only(chunk_mutation(chunk)),
     }))
 }
 
 /// One piece of the response body in `FULL_DUPLEX_STREAMED` mode.
-pub(crate) fn response_body_streamed(body: Vec<u8>, end_of_stream: bool) -> ProcessingResponse {
+#[inline]
+pub(crate) fn response_body_streamed(body: Bytes, end_of_stream: bool) -> ProcessingResponse {
     let m = Mutation::StreamedResponse(StreamedBodyResponse {
         body,
         end_of_stream,
-        ..Default::default()
     });
     wrap(Response::ResponseBody(BodyResponse {
-        response: common(&HeaderEdits::default(), Some(m)),
+        response: body_only(Some(m)),
     }))
 }
 
@@ -209,8 +220,7 @@ pub(crate) fn immediate(reply: Reply, details: &str) -> ProcessingResponse {
             code: i32::from(reply.status),
         }),
         headers: mutation(&reply.headers),
-        body: reply.body.to_vec(),
-        grpc_status: None,
+        body: reply.body,
         details: details.to_owned(),
     }))
 }

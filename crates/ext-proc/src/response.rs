@@ -21,8 +21,8 @@
 //! same input and sources).
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse;
 
+use crate::pb::ProcessingResponse;
 use crate::proto::{self, Chunk};
 
 /// How Envoy sends the response body (the filter's `response_body_mode`,
@@ -39,11 +39,13 @@ pub enum BodyMode {
 
 /// The answer to one body message whose bytes were `original` and whose
 /// output is `out` (`None`: `original` itself, which full duplex sends
-/// back without a copy once the exchange has let go of it).
+/// back as it is). Nothing is copied: the answer holds `out` (or
+/// `original`).
+#[inline]
 pub(crate) fn answer(
     mode: BodyMode,
     original: Bytes,
-    out: Option<Vec<u8>>,
+    out: Option<Bytes>,
     end: bool,
 ) -> Option<ProcessingResponse> {
     match mode {
@@ -52,7 +54,7 @@ pub(crate) fn answer(
             _ => Chunk::Keep,
         })),
         BodyMode::FullDuplex => {
-            let out = out.unwrap_or_else(|| Vec::from(original));
+            let out = out.unwrap_or(original);
             (!out.is_empty() || end).then(|| proto::response_body_streamed(out, end))
         }
     }
@@ -62,7 +64,7 @@ pub(crate) fn answer(
 /// answer, if any is left. (In `STREAMED` mode a trailers answer cannot
 /// carry body bytes; the body's last message, which Envoy sends with
 /// `end_of_stream` when trailers follow, has taken them already.)
-pub(crate) fn rest_before_trailers(mode: BodyMode, rest: Vec<u8>) -> Option<ProcessingResponse> {
+pub(crate) fn rest_before_trailers(mode: BodyMode, rest: Bytes) -> Option<ProcessingResponse> {
     (mode == BodyMode::FullDuplex && !rest.is_empty())
         .then(|| proto::response_body_streamed(rest, false))
 }

@@ -1,4 +1,5 @@
-//! The gRPC service `envoy.service.ext_proc.v3.ExternalProcessor`: one
+//! The processor behind the gRPC service
+//! `envoy.service.ext_proc.v3.ExternalProcessor` ([`crate::grpc`]): one
 //! bidirectional stream per HTTP exchange, each driven by a `Session`
 //! (the crate's private `exchange` module, around the host's exchange).
 //!
@@ -22,12 +23,12 @@ use std::task::{Context, Poll, ready};
 
 use citestream_host::grounding::Grounding;
 use citestream_host::reload::Swap;
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
-use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use futures_core::Stream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Status, Streaming};
 
 use crate::exchange::{Session, waits};
+use crate::grpc::Streams;
+use crate::pb::{ProcessingRequest, ProcessingResponse};
 
 /// The external processor (see the module docs).
 #[derive(Debug, Clone)]
@@ -52,20 +53,16 @@ impl Processor {
     }
 }
 
-#[tonic::async_trait]
-impl ExternalProcessor for Processor {
-    type ProcessStream = Answers;
+impl Streams for Processor {
+    type Answers = Answers;
 
-    async fn process(
-        &self,
-        request: Request<Streaming<ProcessingRequest>>,
-    ) -> Result<Response<Self::ProcessStream>, Status> {
-        Ok(Response::new(Answers {
-            inbound: request.into_inner(),
+    fn open(&self, inbound: Streaming<ProcessingRequest>) -> Answers {
+        Answers {
+            inbound,
             session: Some(Session::new(self.grounding.load())),
             waiting: None,
             out: Vec::with_capacity(2),
-        }))
+        }
     }
 }
 
@@ -122,7 +119,16 @@ impl Stream for Answers {
                 let Some(session) = this.session.as_mut() else {
                     return Poll::Ready(None);
                 };
-                session.handle_now(msg, &mut this.out);
+                // The per-event path: the answer goes out from here,
+                // without the queue, unless another must go before it.
+                let last = session.handle_now(msg, &mut this.out);
+                if this.out.is_empty() {
+                    match last {
+                        Some(a) => return Poll::Ready(Some(Ok(a))),
+                        None => continue,
+                    }
+                }
+                this.out.extend(last);
                 this.out.reverse();
                 continue;
             }

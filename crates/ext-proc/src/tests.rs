@@ -5,18 +5,19 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use citestream::flow::ResponsePlan;
 use citestream::request::Endpoint;
 use citestream::{RewriteOptions, Sources, StreamRewriter};
 use citestream_host::config::Config;
 use citestream_host::grounding::Grounding;
-use envoy_types::pb::envoy::service::ext_proc::v3::{
+
+use crate::exchange::Session;
+use crate::pb::{
     BodyResponse, CommonResponse, HttpBody, ProcessingRequest, ProcessingResponse,
     ProtocolConfiguration, body_mutation::Mutation, processing_request::Request,
     processing_response::Response,
 };
-
-use crate::exchange::Session;
 use crate::response::BodyMode;
 
 const STREAM: &[u8] =
@@ -61,9 +62,9 @@ fn common(r: &ProcessingResponse) -> Option<&CommonResponse> {
 fn forwarded(piece: &[u8], r: &ProcessingResponse) -> (Vec<u8>, bool) {
     match common(r).and_then(|c| c.body_mutation.as_ref()?.mutation.as_ref()) {
         None => (piece.to_vec(), false),
-        Some(Mutation::Body(b)) => (b.clone(), false),
+        Some(Mutation::Body(b)) => (b.to_vec(), false),
         Some(Mutation::ClearBody(_)) => (Vec::new(), false),
-        Some(Mutation::StreamedResponse(s)) => (s.body.clone(), s.end_of_stream),
+        Some(Mutation::StreamedResponse(s)) => (s.body.to_vec(), s.end_of_stream),
     }
 }
 
@@ -80,9 +81,8 @@ async fn run(ex: &mut Session, mode: BodyMode, input: &[u8], sizes: &[usize]) ->
         i += 1;
         let end = at == input.len();
         let b = HttpBody {
-            body: piece.to_vec(),
+            body: Bytes::copy_from_slice(piece),
             end_of_stream: end,
-            ..Default::default()
         };
         let mut got = Vec::new();
         ex.handle(msg(Request::ResponseBody(b), None), &mut got)
@@ -122,9 +122,8 @@ async fn answered(
         r#"{{"model":"m","max_tokens":9,"stream":true,"web_search":{web_search},"messages":[{{"role":"user","content":"Capital?"}}]}}"#
     );
     let b = HttpBody {
-        body: body.into_bytes(),
+        body: body.into(),
         end_of_stream: true,
-        ..Default::default()
     };
     one(&mut ex, msg(Request::RequestBody(b), None)).await;
     let h = headers(&[(":status", "200"), ("content-type", content_type)], false);
@@ -260,9 +259,8 @@ async fn grounded_stream_through_the_whole_exchange() {
             &mut ex,
             msg(
                 Request::RequestBody(HttpBody {
-                    body: body.to_vec(),
+                    body: Bytes::from_static(body),
                     end_of_stream: true,
-                    ..Default::default()
                 }),
                 None,
             ),
@@ -303,9 +301,8 @@ async fn grounded_stream_through_the_whole_exchange() {
         for (i, piece) in STREAM.chunks(97).enumerate() {
             let end = (i + 1) * 97 >= STREAM.len();
             let b = HttpBody {
-                body: piece.to_vec(),
+                body: Bytes::copy_from_slice(piece),
                 end_of_stream: end,
-                ..Default::default()
             };
             let mut out = Vec::new();
             ex.handle(msg(Request::ResponseBody(b), None), &mut out)
@@ -328,14 +325,13 @@ async fn bad_body_is_an_immediate_400_and_other_paths_pass() {
         msg(Request::RequestHeaders(h), Some(BodyMode::Streamed)),
     )
     .await;
-    let body = br#"{"model":"m","web_search":"yes","messages":[]}"#.to_vec();
+    let body = Bytes::from_static(br#"{"model":"m","web_search":"yes","messages":[]}"#);
     let r = one(
         &mut ex,
         msg(
             Request::RequestBody(HttpBody {
                 body,
                 end_of_stream: true,
-                ..Default::default()
             }),
             None,
         ),
