@@ -36,7 +36,7 @@ use bytes::{Bytes, BytesMut};
 use citestream_host::exchange::{BodyError, Exchange, Handling, RequestHead};
 use citestream_host::grounding::Grounding;
 use citestream_host::telemetry;
-use tracing::Instrument;
+use citestream_host::telemetry::Instrument;
 
 use crate::pb::processing_request::Request;
 use crate::pb::{
@@ -59,7 +59,7 @@ pub(crate) struct Session {
     /// The request body has been handled.
     requested: bool,
     /// The `request` span (disabled when not ours or traces are off).
-    trace: tracing::Span,
+    trace: telemetry::Span,
 }
 
 impl Session {
@@ -71,7 +71,7 @@ impl Session {
             exchange: None,
             bypass: false,
             requested: false,
-            trace: tracing::Span::none(),
+            trace: telemetry::Span::none(),
         }
     }
 
@@ -244,7 +244,7 @@ impl Session {
         let headers = Headers::read(h.headers.as_ref());
         let head = ex
             .on_response_headers(headers.status, &headers.map)
-            .instrument(tracing::info_span!(parent: &trace, "response"))
+            .instrument(trace.child("response"))
             .await;
         let search = head.edits.get("x-citestream-search");
         telemetry::record_reply(&trace, headers.status, search);
@@ -314,7 +314,7 @@ fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Bytes>, BodyError> {
 /// An immediate response (a rejected request), its status on the
 /// `request` span.
 fn immediate(
-    trace: &tracing::Span,
+    trace: &telemetry::Span,
     r: citestream_host::exchange::Reply,
     details: &str,
 ) -> ProcessingResponse {

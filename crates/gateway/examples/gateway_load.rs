@@ -46,7 +46,8 @@
 //! streams of 20 events at each concurrency level, in interleaved rounds;
 //! per target the CPU time the `serve` process spent per request (sum of
 //! its threads' `/proc/PID/task/*/schedstat`, median of the rounds), its
-//! difference to traces off, and the p50 time to the response head.
+//! spread over the rounds (min–max), its difference to traces off, and
+//! the p50 time to the response head.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -873,7 +874,7 @@ async fn tracing_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &st
         args.rounds
     );
     println!(
-        "| streams | target | CPU µs/request | vs traces off | head p50 µs | event p50 µs | requests | errors |\n|---|---|---|---|---|---|---|---|"
+        "| streams | target | CPU µs/request | rounds min–max | vs traces off | head p50 µs | event p50 µs | requests | errors |\n|---|---|---|---|---|---|---|---|---|"
     );
     let job = Job::new(20, 0, false);
     for &n in &args.tracing {
@@ -906,8 +907,10 @@ async fn tracing_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &st
         let base = median(&mut cpu[0].clone());
         for (i, (name, _, _)) in gws.iter().enumerate() {
             let c = median(&mut cpu[i]);
+            let lo = cpu[i].iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = cpu[i].iter().copied().fold(0.0, f64::max);
             println!(
-                "| {n} | {name} | {c:.1} | {:+.1}% | {:.1} | {:.1} | {} | {} |",
+                "| {n} | {name} | {c:.1} | {lo:.1}–{hi:.1} | {:+.1}% | {:.1} | {:.1} | {} | {} |",
                 (c / base - 1.0) * 100.0,
                 median(&mut head[i]),
                 median(&mut event[i]),

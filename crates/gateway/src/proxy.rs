@@ -33,9 +33,8 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use tracing::Instrument;
 
-use citestream_host::telemetry;
+use citestream_host::telemetry::{self, Instrument};
 
 use crate::body::{AnyBody, Exchanged, Flushes, full};
 use crate::upstream::{OutBody, Upstream, UpstreamFailure, json_response};
@@ -134,7 +133,7 @@ async fn exchange(
         }
     };
     respond(ex, resp, flushes)
-        .instrument(tracing::info_span!("response"))
+        .instrument(telemetry::span("response"))
         .await
 }
 

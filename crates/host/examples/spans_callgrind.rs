@@ -11,7 +11,7 @@
 //! `off` (no `log.otlp_endpoint`) or `on` (a loopback collector in this
 //! process that answers every export; the export thread's work is not on
 //! the request thread: count it with `--toggle-collect='*export_loop*'`,
-//! the records made OpenTelemetry spans and encoded); then the
+//! the records encoded as OTLP and posted); then the
 //! number of requests (at most 500: 3,500 spans stay under the export
 //! queue, none dropped). Each request opens the spans `citestream serve`
 //! opens, with their fields, the way it does (a server span continuing a
@@ -26,36 +26,27 @@ mod otlp;
 
 use citestream_host::config::Config;
 use citestream_host::exchange::HeaderEdits;
-use citestream_host::telemetry::{self, UpstreamSpan};
+use citestream_host::telemetry::{self, Instrument, Key, UpstreamSpan};
 use otlp::{Collector, Mode};
 
 /// One request's spans (see the module docs).
 #[inline(never)]
 fn request(client: &http::HeaderMap, up: &mut http::HeaderMap) {
     let req = telemetry::request_span("POST", "/v1/chat/completions", client);
-    {
-        let _r = req.enter();
-        let auth = tracing::info_span!(target: "citestream_host", "auth", citestream.account = tracing::field::Empty);
+    req.in_scope(|| {
+        let auth = telemetry::span("auth");
         auth.in_scope(|| {});
-        auth.record("citestream.account", "acct-0042");
+        auth.record_str(Key::Account, "acct-0042");
         drop(auth);
-        let reserve = tracing::info_span!(target: "citestream_host", "quota.reserve", citestream.account = "acct-0042");
-        for _ in 0..2 {
-            let _p = reserve.enter(); // two polls
-        }
-        drop(reserve);
-        let search = tracing::info_span!(
-            target: "citestream_host",
-            "search",
-            citestream.provider = "static",
-            citestream.results = tracing::field::Empty,
-            citestream.cache = tracing::field::Empty,
-        );
-        for _ in 0..2 {
-            let _p = search.enter();
-        }
-        search.record("citestream.cache", "miss");
-        search.record("citestream.results", 3_usize);
+        let reserve = telemetry::span("quota.reserve");
+        reserve.record_str(Key::Account, "acct-0042");
+        polled_twice(reserve);
+        let search = telemetry::span("search");
+        search.record_static(Key::Provider, "static");
+        let s = search.clone();
+        polled_twice(s);
+        search.record_static(Key::Cache, "miss");
+        search.record_int(Key::Results, 3);
         drop(search);
         // As the exchange opens it: its traceparent into the edits.
         let mut edits = HeaderEdits::default();
@@ -67,15 +58,28 @@ fn request(client: &http::HeaderMap, up: &mut http::HeaderMap) {
         if let Some(u) = upstream {
             u.first_byte();
         }
-        let response = tracing::info_span!(target: "citestream_host", "response");
-        let _p = response.enter();
-        let commit = tracing::info_span!(target: "citestream_host", "quota.commit");
-        for _ in 0..2 {
-            let _c = commit.enter();
+        let response = telemetry::span("response");
+        response.in_scope(|| polled_twice(telemetry::span("quota.commit")));
+    });
+    telemetry::record_reply(&req, 200, Some(&http::HeaderValue::from_static("injected")));
+}
+
+/// A future that is pending once, run in `span` to the end (two polls).
+fn polled_twice(span: telemetry::Span) {
+    let mut once = false;
+    let fut = std::future::poll_fn(move |cx| {
+        if once {
+            std::task::Poll::Ready(())
+        } else {
+            once = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
         }
-    }
-    telemetry::record_status(&req, 200);
-    req.record("citestream.search", "injected");
+    })
+    .instrument(span);
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    while fut.as_mut().poll(&mut cx).is_pending() {}
 }
 
 #[inline(never)]

@@ -32,7 +32,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracing::Instrument;
+use crate::telemetry::{self, Instrument, Key};
 
 use bytes::Bytes;
 use citestream::RewriteOptions;
@@ -303,15 +303,16 @@ impl Grounding {
         headers: &http::HeaderMap,
         body: Bytes,
     ) -> Result<Grounded, ErrorReply> {
-        let auth = tracing::info_span!("auth", citestream.account = tracing::field::Empty);
+        let auth = telemetry::span("auth");
         let account = match auth.in_scope(|| self.accounts.authenticate_headers(headers)) {
             Ok(a) => a,
             Err(e) => return Err(ErrorReply::unauthorized(endpoint.into(), &e.to_string())),
         };
-        auth.record("citestream.account", account.id());
+        auth.record_str(Key::Account, account.id());
         drop(auth);
         let limit = account.searches_per_day();
-        let reserve = tracing::info_span!("quota.reserve", citestream.account = account.id());
+        let reserve = telemetry::span("quota.reserve");
+        reserve.record_str(Key::Account, account.id());
         let flow = match Flow::start(self.store.clone(), account.id(), limit, endpoint, body)
             .instrument(reserve)
             .await
@@ -371,19 +372,17 @@ impl Grounding {
         let formed = self.search.form(q).await;
         let query_chars = formed.text().chars().count();
         tracing::debug!(query = %formed.text(), "search query");
-        let span = tracing::info_span!(
-            "search",
-            citestream.provider = self.search.provider_name(),
-            citestream.results = tracing::field::Empty,
-            citestream.cache = tracing::field::Empty,
-        );
+        let span = telemetry::span("search");
+        span.record_static(Key::Provider, self.search.provider_name());
         let searched = (self.cache)
             .search(self.search.provider_name(), formed.text(), || {
                 self.search.search_formed(&formed)
             })
             .instrument(span.clone())
             .await;
-        span.record("citestream.cache", searched.cache.as_str());
+        if let Some(c) = searched.cache.as_str() {
+            span.record_static(Key::Cache, c);
+        }
         let ran = Ran {
             cache: searched.cache,
             time: t0.elapsed(),
@@ -394,7 +393,7 @@ impl Grounding {
         }
         let prepared = match searched.result {
             Ok(found) => {
-                span.record("citestream.results", found.len());
+                span.record_int(Key::Results, i64::try_from(found.len()).unwrap_or(i64::MAX));
                 let r = if found.is_empty() {
                     SearchResult::NothingFound
                 } else {

@@ -11,26 +11,29 @@
 //!   invalid `RUST_LOG` is a start-up error naming it.
 //!   [`Telemetry::set_level`] changes `log.level` of a running process
 //!   (config reload); a `RUST_LOG` stays in force.
-//! * With `log.otlp_endpoint` set, every span of the citestream crates is
-//!   exported as an OpenTelemetry span over OTLP/HTTP (protobuf) to
+//! * With `log.otlp_endpoint` set, every span below is exported as an
+//!   OpenTelemetry span over OTLP/HTTP (protobuf) to
 //!   `{otlp_endpoint}/v1/traces` (an endpoint already ending in
 //!   `/v1/traces` is used as it is). Only `http://` collectors are
 //!   supported (a local collector or agent forwards to remote ones).
-//! * What a span costs the request's thread is small and bounded: our own
-//!   layer keeps one record per span (ids from a per-thread generator, the
-//!   start time, the fields with their text in one buffer) and, when the
-//!   span closes, pushes it onto a bounded queue ([`QUEUE`] spans; more
-//!   are dropped) under a short lock. One export thread takes the queue
-//!   every second (or at once when a batch of 512 is waiting), makes the
-//!   records OpenTelemetry spans and sends them with `opentelemetry-otlp`:
+//! * Spans are ours, not `tracing` spans (logging stays on `tracing`
+//!   events): a [`Span`] is a handle on one record (ids from a per-thread
+//!   generator, the start time, a fixed set of typed attributes
+//!   ([`Key`]), their text in one buffer); the last handle dropped ends
+//!   it and pushes it onto a bounded queue ([`QUEUE`] spans; more are
+//!   dropped) under a short lock. The current span (the parent of
+//!   [`span`]) is a thread-local that [`Instrument::instrument`] and
+//!   [`Span::in_scope`] set while they run. One export thread takes the
+//!   queue every second (or at once when a batch of 512 is waiting),
+//!   encodes the records as OTLP protobuf itself and posts them:
 //!   a collector that is down or slow never blocks nor fails a request,
 //!   and costs at most the dropped spans.
-//! * Without it, spans are disabled at their call sites: opening one costs
-//!   a relaxed load, nothing is recorded (the layer is there, its filter
-//!   refusing every callsite).
-//! * Trace context is W3C `traceparent`/`tracestate`: [`continue_trace`]
-//!   makes a request span the child of the client's trace,
-//!   [`inject_trace`] writes the span's context into the headers sent
+//! * Without it, no span is made: [`request_span`] gives [`Span::none`]
+//!   (one look-up of the subscriber), every child of it is none too, and
+//!   recording on one is a branch.
+//! * Trace context is W3C `traceparent`/`tracestate`: [`request_span`]
+//!   makes the request span the child of the client's trace,
+//!   [`inject_trace`] writes a span's context into the headers sent
 //!   upstream. With traces off both do nothing (the client's headers pass
 //!   through as they came).
 //!
@@ -51,39 +54,37 @@
 //! # Example
 //! ```
 //! use citestream_host::config::LogConfig;
-//! use citestream_host::telemetry;
+//! use citestream_host::telemetry::{self, Key};
 //!
 //! let (subscriber, telemetry) = telemetry::subscriber(&LogConfig::default(), None, std::io::sink).unwrap();
 //! tracing::subscriber::with_default(subscriber, || {
-//!     let span = tracing::info_span!("request");
 //!     let mut headers = http::HeaderMap::new();
-//!     telemetry::continue_trace(&span, &headers);
-//!     telemetry::inject_trace(&span, &mut headers);
+//!     let request = telemetry::request_span("POST", "/v1/chat/completions", &headers);
+//!     request.in_scope(|| {
+//!         let auth = telemetry::span("auth");
+//!         auth.record_str(Key::Account, "acct-1");
+//!     });
+//!     telemetry::inject_trace(&request, &mut headers);
 //!     assert!(headers.is_empty()); // traces off: nothing added
 //! });
 //! telemetry.shutdown();
 //! ```
 
-use std::fmt::Write as _;
+mod otlp;
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
-};
-use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::WithExportConfig;
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
 use tracing::Subscriber;
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::filter::{EnvFilter, FilterExt, LevelFilter, filter_fn};
 use tracing_subscriber::fmt::MakeWriter;
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, Registry, reload};
 
@@ -200,16 +201,13 @@ where
     } else {
         Some(Export::start(&cfg.otlp_endpoint)?)
     };
-    // Always this layer, its filter refusing every callsite when traces
-    // are off: spans are then disabled where they are made (an absent,
-    // `None` layer would let every span into the registry).
-    let on = export.is_some();
-    let traces = Spans {
+    // The export queue, for `request_span` to find in the subscriber in
+    // force; its filter refuses every callsite (no `tracing` span is
+    // made for it, and the log layer's events are not touched).
+    let traces = Sink {
         queue: export.as_ref().map(|e| e.queue.clone()),
     }
-    .with_filter(filter_fn(move |m| {
-        on && m.is_span() && m.target().starts_with("citestream")
-    }));
+    .with_filter(filter_fn(|_| false));
     let subscriber = tracing_subscriber::registry().with(logs).with(traces);
     Ok((
         subscriber,
@@ -230,292 +228,425 @@ fn level_filter(level: LogLevel) -> EnvFilter {
     EnvFilter::default().add_directive(l.into())
 }
 
-/// One span as the request's thread records it: its ids, start, and
-/// attributes, their text in one buffer; the export thread makes it an
-/// OpenTelemetry span.
+/// The attributes a span may carry (the table above), each exported
+/// under its OpenTelemetry name ([`Key::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Key {
+    /// `http.request.method`
+    Method,
+    /// `url.path`
+    Path,
+    /// `http.response.status_code`
+    Status,
+    /// `citestream.search` (the `x-citestream-search` value)
+    Search,
+    /// `citestream.account`
+    Account,
+    /// `citestream.provider`
+    Provider,
+    /// `citestream.results`
+    Results,
+    /// `citestream.cache`
+    Cache,
+    /// `citestream.headers_ms`
+    HeadersMs,
+    /// `citestream.first_byte_ms`
+    FirstByteMs,
+}
+
+/// How many [`Key`]s there are.
+const KEYS: usize = 10;
+
+impl Key {
+    const ALL: [Key; KEYS] = [
+        Key::Method,
+        Key::Path,
+        Key::Status,
+        Key::Search,
+        Key::Account,
+        Key::Provider,
+        Key::Results,
+        Key::Cache,
+        Key::HeadersMs,
+        Key::FirstByteMs,
+    ];
+
+    /// The attribute's name as exported.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Key::Method => "http.request.method",
+            Key::Path => "url.path",
+            Key::Status => "http.response.status_code",
+            Key::Search => "citestream.search",
+            Key::Account => "citestream.account",
+            Key::Provider => "citestream.provider",
+            Key::Results => "citestream.results",
+            Key::Cache => "citestream.cache",
+            Key::HeadersMs => "citestream.headers_ms",
+            Key::FirstByteMs => "citestream.first_byte_ms",
+        }
+    }
+}
+
+/// An attribute's value; text is a range of [`Body::text`].
+#[derive(Debug, Clone, Copy, Default)]
+enum Val {
+    #[default]
+    None,
+    Int(i64),
+    Float(f64),
+    Static(&'static str),
+    Text(u32, u32),
+}
+
+/// OpenTelemetry's span kinds (their numbers in OTLP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Internal = 1,
+    Server = 2,
+    Client = 3,
+}
+
+/// What is fixed when a span starts.
 #[derive(Debug)]
-struct SpanRecord {
+struct Head {
     name: &'static str,
-    kind: SpanKind,
+    kind: Kind,
     trace_id: u128,
     span_id: u64,
     /// 0: a root span.
     parent_id: u64,
-    remote_parent: bool,
+    /// The parent is the client's span.
+    remote: bool,
     /// The trace is sampled (the client's flag; ours are): exported.
     sampled: bool,
     /// The client's `tracestate`, passed on.
-    trace_state: Option<HeaderValue>,
-    start: SystemTime,
-    error: bool,
-    attrs: Vec<(&'static str, Val)>,
+    state: Option<HeaderValue>,
+    /// Nanoseconds since the Unix epoch.
+    start: u64,
+}
+
+/// What is recorded while a span is open.
+#[derive(Debug, Default)]
+struct Body {
+    vals: [Val; KEYS],
     text: String,
+    error: bool,
 }
 
-/// An attribute's value; text is a range of [`SpanRecord::text`].
-#[derive(Debug, Clone, Copy)]
-enum Val {
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-    Text(u32, u32),
-}
-
-impl SpanRecord {
-    fn set(&mut self, key: &'static str, val: Val) {
-        match self.attrs.iter_mut().find(|(k, _)| *k == key) {
-            Some(slot) => slot.1 = val,
-            None => self.attrs.push((key, val)),
+impl Body {
+    fn text(&mut self, key: Key, v: &str) {
+        let from = self.text.len();
+        if self.text.capacity() == 0 {
+            // Room for the usual text (a path, an account) at once.
+            self.text.reserve(64);
         }
-    }
-
-    /// `key` is given the text from `from` to the end of the buffer; the
-    /// `otel.*` keys set the kind and status instead.
-    fn set_text(&mut self, key: &'static str, from: usize) {
-        if let Some(k) = key.strip_prefix("otel.") {
-            match (k, &self.text[from..]) {
-                ("kind", "server") => self.kind = SpanKind::Server,
-                ("kind", "client") => self.kind = SpanKind::Client,
-                ("kind", "producer") => self.kind = SpanKind::Producer,
-                ("kind", "consumer") => self.kind = SpanKind::Consumer,
-                ("status_code", s) => self.error = s.eq_ignore_ascii_case("error"),
-                _ => {}
-            }
-            self.text.truncate(from);
-            return;
-        }
-        let (Ok(a), Ok(b)) = (u32::try_from(from), u32::try_from(self.text.len())) else {
-            self.text.truncate(from);
-            return;
+        self.text.push_str(v);
+        self.vals[key as usize] = match (u32::try_from(from), u32::try_from(self.text.len())) {
+            (Ok(a), Ok(b)) => Val::Text(a, b),
+            _ => Val::None,
         };
-        self.set(key, Val::Text(a, b));
+    }
+}
+
+/// A span that ended, waiting for export.
+#[derive(Debug)]
+struct Ended {
+    head: Head,
+    body: Body,
+    /// Nanoseconds since the Unix epoch.
+    end: u64,
+}
+
+/// One open span, shared by its [`Span`] handles.
+#[derive(Debug)]
+struct Open {
+    head: Head,
+    body: Mutex<Body>,
+    queue: Arc<Queue>,
+}
+
+impl Drop for Open {
+    /// The last handle is gone: the span ends and is queued for export.
+    fn drop(&mut self) {
+        if !self.head.sampled {
+            return;
+        }
+        let end = now_nanos();
+        let h = &mut self.head;
+        let head = Head {
+            state: h.state.take(),
+            ..*h
+        };
+        let body = std::mem::take(self.body.get_mut().unwrap_or_else(PoisonError::into_inner));
+        self.queue.push(Ended { head, body, end });
+    }
+}
+
+fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A span of one request's trace (or none: traces off, or a request that
+/// is not ours). A handle: clones are the same span, which ends when the
+/// last one is dropped. Recording on a none span does nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Span(Option<Arc<Open>>);
+
+thread_local! {
+    /// The span that [`span`] makes children of on this thread.
+    static CURRENT: Cell<Span> = const { Cell::new(Span(None)) };
+}
+
+impl Span {
+    /// No span.
+    #[must_use]
+    pub const fn none() -> Span {
+        Span(None)
     }
 
-    fn traceparent(&self) -> HeaderValue {
+    /// Whether this is a span (traces on), not [`Span::none`].
+    #[must_use]
+    pub fn is_on(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// A new root span of a trace: the child of the client's span in
+    /// `headers`' `traceparent` when there is a valid one, else of a new
+    /// trace; none when traces are off.
+    fn root(name: &'static str, kind: Kind, headers: &HeaderMap) -> Span {
+        let Some(queue) = installed_queue() else {
+            return Span::none();
+        };
+        let client = headers
+            .get(&TRACEPARENT)
+            .and_then(|v| parse_traceparent(v.as_bytes()));
+        let (trace_id, parent_id, sampled, state) = match client {
+            Some((t, p, s)) => (
+                t,
+                p,
+                s,
+                headers.get(&TRACESTATE).filter(|v| !v.is_empty()).cloned(),
+            ),
+            None => (
+                u128::from(nonzero_random()) << 64 | u128::from(random()),
+                0,
+                true,
+                None,
+            ),
+        };
+        Span(Some(Arc::new(Open {
+            head: Head {
+                name,
+                kind,
+                trace_id,
+                span_id: nonzero_random(),
+                parent_id,
+                remote: client.is_some(),
+                sampled,
+                state,
+                start: now_nanos(),
+            },
+            body: Mutex::default(),
+            queue,
+        })))
+    }
+
+    /// A new span, child of this one (none when this one is).
+    #[must_use]
+    pub fn child(&self, name: &'static str) -> Span {
+        self.child_of_kind(name, Kind::Internal)
+    }
+
+    fn child_of_kind(&self, name: &'static str, kind: Kind) -> Span {
+        let Some(p) = &self.0 else {
+            return Span::none();
+        };
+        Span(Some(Arc::new(Open {
+            head: Head {
+                name,
+                kind,
+                trace_id: p.head.trace_id,
+                span_id: nonzero_random(),
+                parent_id: p.head.span_id,
+                remote: false,
+                sampled: p.head.sampled,
+                state: p.head.state.clone(),
+                start: now_nanos(),
+            },
+            body: Mutex::default(),
+            queue: p.queue.clone(),
+        })))
+    }
+
+    fn with_body(&self, f: impl FnOnce(&mut Body)) {
+        if let Some(o) = &self.0 {
+            f(&mut o.body.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+    }
+
+    /// Sets `key` to an integer.
+    pub fn record_int(&self, key: Key, v: i64) {
+        self.with_body(|b| b.vals[key as usize] = Val::Int(v));
+    }
+
+    /// Sets `key` to a number.
+    pub fn record_float(&self, key: Key, v: f64) {
+        self.with_body(|b| b.vals[key as usize] = Val::Float(v));
+    }
+
+    /// Sets `key` to a text that lives for the program (not copied).
+    pub fn record_static(&self, key: Key, v: &'static str) {
+        self.with_body(|b| b.vals[key as usize] = Val::Static(v));
+    }
+
+    /// Sets `key` to a text (copied into the span's buffer).
+    pub fn record_str(&self, key: Key, v: &str) {
+        self.with_body(|b| b.text(key, v));
+    }
+
+    /// Marks the span as failed (OpenTelemetry's status `ERROR`).
+    pub fn record_error(&self) {
+        self.with_body(|b| b.error = true);
+    }
+
+    /// Runs `f` with this span current (the parent of [`span`]).
+    pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        if self.0.is_none() {
+            return f();
+        }
+        let mut slot = self.clone();
+        let _current = Current::enter(&mut slot);
+        f()
+    }
+
+    /// `span`'s context as the W3C `traceparent` value.
+    fn traceparent(o: &Open) -> HeaderValue {
         let mut b = [0u8; 55];
         b[..3].copy_from_slice(b"00-");
-        hex_into(&mut b[3..35], &self.trace_id.to_be_bytes());
+        hex_into(&mut b[3..35], &o.head.trace_id.to_be_bytes());
         b[35] = b'-';
-        hex_into(&mut b[36..52], &self.span_id.to_be_bytes());
+        hex_into(&mut b[36..52], &o.head.span_id.to_be_bytes());
         b[52] = b'-';
         b[53] = b'0';
-        b[54] = if self.sampled { b'1' } else { b'0' };
+        b[54] = if o.head.sampled { b'1' } else { b'0' };
         HeaderValue::from_bytes(&b).unwrap_or_else(|_| HeaderValue::from_static(""))
     }
+}
 
-    /// The OpenTelemetry span, ended at `end` (on the export thread).
-    fn into_data(self, end: SystemTime, scope: &InstrumentationScope) -> SpanData {
-        let state = self
-            .trace_state
-            .as_ref()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.parse::<TraceState>().ok())
-            .unwrap_or_default();
-        let text = &self.text;
-        let attributes = self
-            .attrs
-            .iter()
-            .map(|&(k, v)| match v {
-                Val::Int(i) => KeyValue::new(k, i),
-                Val::Float(f) => KeyValue::new(k, f),
-                Val::Bool(b) => KeyValue::new(k, b),
-                Val::Text(a, b) => KeyValue::new(k, text[a as usize..b as usize].to_owned()),
-            })
-            .collect();
-        SpanData {
-            span_context: SpanContext::new(
-                TraceId::from(self.trace_id),
-                SpanId::from(self.span_id),
-                TraceFlags::SAMPLED,
-                false,
-                state,
-            ),
-            parent_span_id: SpanId::from(self.parent_id),
-            parent_span_is_remote: self.remote_parent,
-            span_kind: self.kind,
-            name: self.name.into(),
-            start_time: self.start,
-            end_time: end,
-            attributes,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
-            status: if self.error {
-                Status::error("")
-            } else {
-                Status::Unset
-            },
-            instrumentation_scope: scope.clone(),
-        }
+/// While it lives, a span is the thread's current one (moved in, no
+/// reference counting); dropped, the previous one is back and the span
+/// returns to its slot.
+struct Current<'a> {
+    slot: &'a mut Span,
+    prev: Span,
+}
+
+impl<'a> Current<'a> {
+    fn enter(slot: &'a mut Span) -> Current<'a> {
+        let prev = CURRENT.with(|c| c.replace(std::mem::take(slot)));
+        Current { slot, prev }
     }
 }
 
-fn hex_into(out: &mut [u8], bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (o, b) in out.chunks_exact_mut(2).zip(bytes) {
-        o[0] = HEX[usize::from(b >> 4)];
-        o[1] = HEX[usize::from(b & 15)];
+impl Drop for Current<'_> {
+    fn drop(&mut self) {
+        let prev = std::mem::take(&mut self.prev);
+        *self.slot = CURRENT.with(|c| c.replace(prev));
     }
 }
 
-/// A span's fields into its record.
-struct Fields<'a>(&'a mut SpanRecord);
-
-impl Visit for Fields<'_> {
-    fn record_i64(&mut self, f: &Field, v: i64) {
-        self.0.set(f.name(), Val::Int(v));
-    }
-    fn record_u64(&mut self, f: &Field, v: u64) {
-        self.0
-            .set(f.name(), Val::Int(i64::try_from(v).unwrap_or(i64::MAX)));
-    }
-    fn record_f64(&mut self, f: &Field, v: f64) {
-        self.0.set(f.name(), Val::Float(v));
-    }
-    fn record_bool(&mut self, f: &Field, v: bool) {
-        self.0.set(f.name(), Val::Bool(v));
-    }
-    fn record_str(&mut self, f: &Field, v: &str) {
-        let from = self.0.text.len();
-        self.0.text.push_str(v);
-        self.0.set_text(f.name(), from);
-    }
-    fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
-        let from = self.0.text.len();
-        let _ = write!(self.0.text, "{v:?}");
-        self.0.set_text(f.name(), from);
-    }
-}
-
-/// Ids from a per-thread wyrand generator seeded from the OS's randomness
-/// (std's `RandomState`): a few instructions each.
-fn random() -> u64 {
-    use std::cell::Cell;
-    use std::hash::{BuildHasher, Hasher};
-    thread_local! {
-        static STATE: Cell<u64> = Cell::new({
-            let mut h = std::hash::RandomState::new().build_hasher();
-            h.write_u64(u64::from(std::process::id()));
-            h.finish()
-        });
-    }
-    STATE.with(|c| {
-        let s = c.get().wrapping_add(0xa076_1d64_78bd_642f);
-        c.set(s);
-        let t = u128::from(s) * u128::from(s ^ 0xe703_7ed1_a0b4_28db);
-        #[allow(clippy::cast_possible_truncation)]
-        let low = t as u64;
-        (t >> 64) as u64 ^ low
+/// A new span, child of the thread's current one ([`Span::in_scope`],
+/// [`Instrument::instrument`]); none when there is none.
+#[must_use]
+pub fn span(name: &'static str) -> Span {
+    CURRENT.with(|c| {
+        let cur = c.take();
+        let s = cur.child(name);
+        c.set(cur);
+        s
     })
 }
 
-fn nonzero_random() -> u64 {
-    loop {
-        let v = random();
-        if v != 0 {
-            return v;
-        }
+/// Runs futures in a [`Span`]: it is the current span while the future
+/// is polled, and ends (when no other handle has it) with the future.
+pub trait Instrument: Sized {
+    /// This future, run in `span`.
+    fn instrument(self, span: Span) -> Instrumented<Self>;
+}
+
+impl<F: Future> Instrument for F {
+    fn instrument(self, span: Span) -> Instrumented<Self> {
+        Instrumented { fut: self, span }
     }
 }
 
-/// The layer that records the citestream spans ([`SpanRecord`]) and
-/// queues them for export when they close.
-struct Spans {
+pin_project_lite::pin_project! {
+    /// A future run in a span ([`Instrument::instrument`]).
+    #[derive(Debug)]
+    pub struct Instrumented<F> {
+        #[pin]
+        fut: F,
+        span: Span,
+    }
+}
+
+impl<F: Future> Future for Instrumented<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        if this.span.0.is_none() {
+            return this.fut.poll(cx);
+        }
+        let _current = Current::enter(this.span);
+        this.fut.poll(cx)
+    }
+}
+
+/// Holds the export queue in the subscriber, where [`request_span`]
+/// finds it (the subscriber in force: tests and embedders may have
+/// several).
+struct Sink {
     queue: Option<Arc<Queue>>,
 }
 
-impl<S> Layer<S> for Spans
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let Some(span) = ctx.span(id) else {
-            return;
-        };
-        let parent = if let Some(p) = attrs.parent() {
-            ctx.span(p)
-        } else if attrs.is_contextual() {
-            ctx.lookup_current()
-        } else {
-            None
-        };
-        let mut rec = SpanRecord {
-            name: attrs.metadata().name(),
-            kind: SpanKind::Internal,
-            trace_id: 0,
-            span_id: nonzero_random(),
-            parent_id: 0,
-            remote_parent: false,
-            sampled: true,
-            trace_state: None,
-            start: SystemTime::now(),
-            error: false,
-            attrs: Vec::with_capacity(attrs.fields().len()),
-            // Room for the usual text (a path, an account, a provider)
-            // without growing.
-            text: String::with_capacity(96),
-        };
-        let inherited = parent.as_ref().and_then(|p| {
-            let ext = p.extensions();
-            let pr = ext.get::<SpanRecord>()?;
-            Some((pr.trace_id, pr.span_id, pr.sampled, pr.trace_state.clone()))
-        });
-        if let Some((trace_id, parent_id, sampled, state)) = inherited {
-            (rec.trace_id, rec.parent_id, rec.sampled) = (trace_id, parent_id, sampled);
-            rec.trace_state = state;
-        }
-        if rec.trace_id == 0 {
-            rec.trace_id = u128::from(nonzero_random()) << 64 | u128::from(random());
-        }
-        attrs.record(&mut Fields(&mut rec));
-        span.extensions_mut().insert(rec);
-    }
+impl<S: Subscriber> Layer<S> for Sink {}
 
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        let Some(span) = ctx.span(id) else {
-            return;
-        };
-        if let Some(rec) = span.extensions_mut().get_mut::<SpanRecord>() {
-            values.record(&mut Fields(rec));
-        }
-    }
-
-    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        let Some(span) = ctx.span(&id) else {
-            return;
-        };
-        let rec = span.extensions_mut().remove::<SpanRecord>();
-        if let (Some(rec), Some(q)) = (rec.filter(|r| r.sampled), &self.queue) {
-            q.push(rec, SystemTime::now());
-        }
-    }
+/// The export queue of the subscriber in force, when traces are on.
+fn installed_queue() -> Option<Arc<Queue>> {
+    tracing::dispatcher::get_default(|d| d.downcast_ref::<Sink>().and_then(|s| s.queue.clone()))
 }
 
-/// The spans closed and not yet exported, shared by the layer (which
-/// pushes) and the export thread (which takes them in batches).
+/// The spans ended and not yet exported, shared by the request threads
+/// (which push) and the export thread (which takes them in batches).
 #[derive(Debug, Default)]
 struct Queue {
-    spans: Mutex<Vec<(SpanRecord, SystemTime)>>,
+    spans: Mutex<Vec<Ended>>,
     ready: Condvar,
     stop: AtomicBool,
     dropped: AtomicU64,
 }
 
 impl Queue {
-    fn lock(&self) -> MutexGuard<'_, Vec<(SpanRecord, SystemTime)>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<Ended>> {
         self.spans.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues a closed span; drops it when [`QUEUE`] are waiting. Wakes
+    /// Queues an ended span; drops it when [`QUEUE`] are waiting. Wakes
     /// the export thread only for a full batch.
-    fn push(&self, rec: SpanRecord, end: SystemTime) {
+    fn push(&self, e: Ended) {
         let mut q = self.lock();
         if q.len() >= QUEUE {
             drop(q);
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        q.push((rec, end));
+        q.push(e);
         let full = q.len() == BATCH;
         drop(q);
         if full {
@@ -559,22 +690,14 @@ impl Export {
         } else {
             format!("{base}/v1/traces")
         };
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_endpoint(url)
-            .with_timeout(EXPORT_TIMEOUT)
-            .build()
-            .map_err(|e| err(e.to_string()))?;
-        exporter.set_resource(&Resource::builder().with_service_name("citestream").build());
+        let mut poster = otlp::Poster::new(&url, EXPORT_TIMEOUT).map_err(err)?;
         let queue = Arc::new(Queue::default());
         let (tx, done) = mpsc::channel();
         let q = queue.clone();
         std::thread::Builder::new()
             .name("citestream-otlp".into())
             .spawn(move || {
-                export_loop(&q, &exporter);
-                let _ = exporter.shutdown();
+                export_loop(&q, &mut poster);
                 let _ = tx.send(());
             })
             .map_err(|e| err(format!("cannot start the export thread: {e}")))?;
@@ -586,9 +709,9 @@ impl Export {
 /// and exports them, [`BATCH`] per request, until told to stop; then sends
 /// what is left once.
 #[inline(never)] // its own frame, for callgrind's --toggle-collect
-fn export_loop(queue: &Queue, exporter: &opentelemetry_otlp::SpanExporter) {
-    let scope = InstrumentationScope::builder("citestream").build();
+fn export_loop(queue: &Queue, poster: &mut otlp::Poster) {
     let mut taken = Vec::new();
+    let (mut body, mut scratch) = (Vec::new(), Vec::new());
     loop {
         let stopping = {
             let mut q = queue.lock();
@@ -607,16 +730,13 @@ fn export_loop(queue: &Queue, exporter: &opentelemetry_otlp::SpanExporter) {
             std::mem::swap(&mut *q, &mut taken);
             queue.stop.load(Ordering::Acquire)
         };
-        while !taken.is_empty() {
-            let n = taken.len().min(BATCH);
-            let batch: Vec<SpanData> = taken
-                .drain(..n)
-                .map(|(r, end)| r.into_data(end, &scope))
-                .collect();
-            if let Err(e) = futures_executor::block_on(exporter.export(batch)) {
+        for batch in taken.chunks(BATCH) {
+            otlp::encode(&mut body, &mut scratch, batch.iter());
+            if let Err(e) = poster.post(bytes::Bytes::copy_from_slice(&body)) {
                 tracing::debug!(error = %e, "span export failed; spans dropped");
             }
         }
+        taken.clear();
         let dropped = queue.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
             tracing::debug!(dropped, "span queue full; spans dropped");
@@ -627,37 +747,43 @@ fn export_loop(queue: &Queue, exporter: &opentelemetry_otlp::SpanExporter) {
     }
 }
 
-/// The record of `span` (one of ours, traces on), to read or change.
-fn with_record<T>(span: &tracing::Span, f: impl FnOnce(&mut SpanRecord) -> T) -> Option<T> {
-    span.with_subscriber(|(id, dispatch)| {
-        let registry = dispatch.downcast_ref::<Registry>()?;
-        let data = registry.span(id)?;
-        let mut ext = data.extensions_mut();
-        ext.get_mut::<SpanRecord>().map(f)
-    })
-    .flatten()
+fn hex_into(out: &mut [u8], bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (o, b) in out.chunks_exact_mut(2).zip(bytes) {
+        o[0] = HEX[usize::from(b >> 4)];
+        o[1] = HEX[usize::from(b & 15)];
+    }
 }
 
-/// Makes `span` (not yet entered, no children yet) a child of the trace
-/// in `headers`' `traceparent` (and `tracestate`, passed on as it came),
-/// when there is a valid one and traces are on. A client's trace that is
-/// not sampled is not exported.
-pub fn continue_trace(span: &tracing::Span, headers: &HeaderMap) {
-    if span.is_disabled() {
-        return;
+/// Ids from a per-thread wyrand generator seeded from the OS's randomness
+/// (std's `RandomState`): a few instructions each.
+fn random() -> u64 {
+    use std::cell::Cell;
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            let mut h = std::hash::RandomState::new().build_hasher();
+            h.write_u64(u64::from(std::process::id()));
+            h.finish()
+        });
     }
-    let Some(client) = headers
-        .get(&TRACEPARENT)
-        .and_then(|v| parse_traceparent(v.as_bytes()))
-    else {
-        return;
-    };
-    let state = headers.get(&TRACESTATE).filter(|v| !v.is_empty()).cloned();
-    with_record(span, |r| {
-        (r.trace_id, r.parent_id, r.sampled) = client;
-        r.remote_parent = true;
-        r.trace_state = state;
-    });
+    STATE.with(|c| {
+        let s = c.get().wrapping_add(0xa076_1d64_78bd_642f);
+        c.set(s);
+        let t = u128::from(s) * u128::from(s ^ 0xe703_7ed1_a0b4_28db);
+        #[allow(clippy::cast_possible_truncation)]
+        let low = t as u64;
+        (t >> 64) as u64 ^ low
+    })
+}
+
+fn nonzero_random() -> u64 {
+    loop {
+        let v = random();
+        if v != 0 {
+            return v;
+        }
+    }
 }
 
 /// A W3C `traceparent` value: trace id, parent span id, sampled; `None`
@@ -690,17 +816,15 @@ fn parse_traceparent(v: &[u8]) -> Option<(u128, u64, bool)> {
 /// `span`'s trace context as the headers to send upstream: `traceparent`,
 /// and `tracestate` when the client sent one; `None` when traces are off.
 #[must_use]
-pub fn trace_headers(span: &tracing::Span) -> Option<(HeaderValue, Option<HeaderValue>)> {
-    if span.is_disabled() {
-        return None;
-    }
-    with_record(span, |r| (r.traceparent(), r.trace_state.clone()))
+pub fn trace_headers(span: &Span) -> Option<(HeaderValue, Option<HeaderValue>)> {
+    let o = span.0.as_ref()?;
+    Some((Span::traceparent(o), o.head.state.clone()))
 }
 
 /// Writes `span`'s trace context into `headers` (`traceparent`, and
 /// `tracestate` when the client sent one), replacing the client's, when
 /// traces are on; else leaves `headers` as they are.
-pub fn inject_trace(span: &tracing::Span, headers: &mut HeaderMap) {
+pub fn inject_trace(span: &Span, headers: &mut HeaderMap) {
     if let Some((parent, state)) = trace_headers(span) {
         headers.insert(TRACEPARENT, parent);
         if let Some(s) = state {
@@ -709,40 +833,40 @@ pub fn inject_trace(span: &tracing::Span, headers: &mut HeaderMap) {
     }
 }
 
-/// The `request` span of one exchange (not entered): a server span that
-/// continues the client's trace (`traceparent`), with the fields of the
-/// table above left empty for the host to record.
-pub fn request_span(method: &str, path: &str, headers: &http::HeaderMap) -> tracing::Span {
-    let span = tracing::info_span!(
-        "request",
-        otel.kind = "server",
-        http.request.method = method,
-        url.path = path,
-        http.response.status_code = tracing::field::Empty,
-        citestream.endpoint = tracing::field::Empty,
-        citestream.search = tracing::field::Empty,
-        citestream.request_id = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    );
-    continue_trace(&span, headers);
+/// The `request` span of one exchange (not current yet): a server span
+/// that continues the client's trace (`traceparent`), with its method and
+/// path; the host records the rest ([`record_reply`]). None when traces
+/// are off.
+pub fn request_span(method: &str, path: &str, headers: &HeaderMap) -> Span {
+    let span = Span::root("request", Kind::Server, headers);
+    if span.is_on() {
+        span.with_body(|b| {
+            match method {
+                "GET" => b.vals[Key::Method as usize] = Val::Static("GET"),
+                "POST" => b.vals[Key::Method as usize] = Val::Static("POST"),
+                m => b.text(Key::Method, m),
+            }
+            b.text(Key::Path, path);
+        });
+    }
     span
 }
 
 /// Records the HTTP status a span ended with (`request`, `upstream`); a
 /// 5xx marks the span as an error.
-pub fn record_status(span: &tracing::Span, status: u16) {
-    span.record("http.response.status_code", status);
-    if status >= 500 {
-        span.record("otel.status_code", "ERROR");
-    }
+pub fn record_status(span: &Span, status: u16) {
+    span.with_body(|b| {
+        b.vals[Key::Status as usize] = Val::Int(i64::from(status));
+        b.error |= status >= 500;
+    });
 }
 
 /// Records what a host answered on the `request` span: the status (a 5xx
 /// marks it as an error) and the `x-citestream-search` value, if any.
-pub fn record_reply(span: &tracing::Span, status: u16, search: Option<&HeaderValue>) {
+pub fn record_reply(span: &Span, status: u16, search: Option<&HeaderValue>) {
     record_status(span, status);
     if let Some(v) = search.and_then(|v| v.to_str().ok()) {
-        span.record("citestream.search", v);
+        span.record_str(Key::Search, v);
     }
 }
 
@@ -755,7 +879,7 @@ pub fn record_reply(span: &tracing::Span, status: u16, search: Option<&HeaderVal
 /// as an error.
 #[derive(Debug)]
 pub struct UpstreamSpan {
-    span: tracing::Span,
+    span: Span,
     sent: Instant,
 }
 
@@ -766,18 +890,16 @@ impl UpstreamSpan {
     /// when traces are off (the client's headers go upstream as they came).
     #[must_use]
     pub fn open(edits: &mut crate::exchange::HeaderEdits) -> Option<UpstreamSpan> {
-        let span = tracing::info_span!(
-            "upstream",
-            otel.kind = "client",
-            http.response.status_code = tracing::field::Empty,
-            citestream.headers_ms = tracing::field::Empty,
-            citestream.first_byte_ms = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        );
+        let span = CURRENT.with(|c| {
+            let cur = c.take();
+            let s = cur.child_of_kind("upstream", Kind::Client);
+            c.set(cur);
+            s
+        });
         let (parent, state) = trace_headers(&span)?;
-        edits.set(http::header::HeaderName::from_static("traceparent"), parent);
+        edits.set(TRACEPARENT, parent);
         if let Some(s) = state {
-            edits.set(http::header::HeaderName::from_static("tracestate"), s);
+            edits.set(TRACESTATE, s);
         }
         Some(UpstreamSpan {
             span,
@@ -788,20 +910,20 @@ impl UpstreamSpan {
     /// The response head arrived with `status`.
     pub fn headers(&self, status: u16) {
         self.span
-            .record("citestream.headers_ms", ms(self.sent.elapsed()));
+            .record_float(Key::HeadersMs, ms(self.sent.elapsed()));
         record_status(&self.span, status);
     }
 
     /// The first byte of the response body arrived: the span ends.
     pub fn first_byte(self) {
         self.span
-            .record("citestream.first_byte_ms", ms(self.sent.elapsed()));
+            .record_float(Key::FirstByteMs, ms(self.sent.elapsed()));
     }
 
     /// The upstream failed (no response, or its body broke off): the span
     /// ends as an error.
     pub fn failed(self) {
-        self.span.record("otel.status_code", "ERROR");
+        self.span.record_error();
     }
 }
 

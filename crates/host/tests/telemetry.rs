@@ -7,7 +7,8 @@
 mod otlp;
 
 use citestream_host::config::{Config, LogConfig};
-use citestream_host::telemetry;
+use citestream_host::exchange::HeaderEdits;
+use citestream_host::telemetry::{self, Key, UpstreamSpan};
 use otlp::{Collector, Mode, attr, hex};
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -25,20 +26,21 @@ fn log_config(endpoint: &str) -> LogConfig {
 /// One request's worth of spans, the way a host opens them; returns the
 /// headers it would send upstream.
 fn one_request(client: &http::HeaderMap) -> http::HeaderMap {
-    let request = tracing::info_span!(target: "citestream_host", "request", endpoint = "chat");
-    telemetry::continue_trace(&request, client);
-    let _r = request.enter();
-    {
-        let search = tracing::info_span!(target: "citestream_host", "search", provider = "local", results = tracing::field::Empty);
-        let _s = search.enter();
-        search.record("results", 3);
-    }
-    let upstream = tracing::info_span!(target: "citestream_host", "upstream");
-    let mut headers = http::HeaderMap::new();
-    telemetry::inject_trace(&upstream, &mut headers);
-    // A span of another crate is not exported.
-    let _other = tracing::info_span!(target: "hyper", "not_ours").entered();
-    headers
+    let request = telemetry::request_span("POST", "/v1/chat/completions", client);
+    request.in_scope(|| {
+        let search = telemetry::span("search");
+        search.record_static(Key::Provider, "local");
+        search.in_scope(|| search.record_int(Key::Results, 3));
+        // A `tracing` span (ours or another crate's) is not exported.
+        let _ours = tracing::info_span!(target: "citestream_host", "not_a_trace_span").entered();
+        let _other = tracing::info_span!(target: "hyper", "not_ours").entered();
+        let mut edits = HeaderEdits::default();
+        let upstream = UpstreamSpan::open(&mut edits);
+        let mut headers = http::HeaderMap::new();
+        edits.apply(&mut headers);
+        drop(upstream);
+        headers
+    })
 }
 
 #[test]
@@ -66,9 +68,18 @@ fn spans_continue_the_clients_trace_with_their_structure() {
     assert_eq!(hex(&request.parent_span_id), CLIENT_SPAN);
     assert_eq!(search.parent_span_id, request.span_id);
     assert_eq!(upstream.parent_span_id, request.span_id);
-    assert_eq!(attr(search, "provider").as_deref(), Some("local"));
-    assert_eq!(attr(search, "results").as_deref(), Some("3"));
-    assert_eq!(attr(request, "endpoint").as_deref(), Some("chat"));
+    assert_eq!(
+        attr(search, "citestream.provider").as_deref(),
+        Some("local")
+    );
+    assert_eq!(attr(search, "citestream.results").as_deref(), Some("3"));
+    assert_eq!(
+        attr(request, "url.path").as_deref(),
+        Some("/v1/chat/completions")
+    );
+    // SPAN_KIND_SERVER, _INTERNAL, _CLIENT
+    assert_eq!((request.kind, search.kind, upstream.kind), (2, 1, 3));
+    assert_eq!(upstream.trace_state, "vendor=x");
     // Upstream gets the trace, with the upstream span as its parent.
     let tp = sent["traceparent"].to_str().unwrap();
     assert_eq!(tp, format!("00-{TRACE_ID}-{}-01", hex(&upstream.span_id)));

@@ -121,7 +121,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::Instrument;
+use crate::telemetry::{self, Instrument};
 
 use bytes::{Bytes, BytesMut};
 use citestream::flow::{Outcome, ResponsePlan};
@@ -692,14 +692,12 @@ impl Exchange {
             return;
         };
         let r = if ok {
-            p.commit()
-                .instrument(tracing::info_span!("quota.commit"))
-                .await
+            p.commit().instrument(telemetry::span("quota.commit")).await
         } else {
             // Given back: one more left than the header said.
             self.remaining = self.remaining.map(|n| n.saturating_add(1));
             p.release()
-                .instrument(tracing::info_span!("quota.release"))
+                .instrument(telemetry::span("quota.release"))
                 .await
         };
         if let Err(e) = r {
