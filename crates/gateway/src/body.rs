@@ -63,10 +63,16 @@ pub(crate) struct Flushes {
 
 impl Flushes {
     /// The socket was flushed (called by the connection's I/O).
+    #[inline]
     pub(crate) fn flushed(&self) {
-        if self.waiting.load(Ordering::SeqCst) == 0 {
-            return;
+        if self.waiting.load(Ordering::SeqCst) != 0 {
+            self.wake();
         }
+    }
+
+    /// [`Flushes::flushed`] while a body waits.
+    #[cold]
+    fn wake(&self) {
         self.count.fetch_add(1, Ordering::SeqCst);
         let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
         self.waiting.store(0, Ordering::SeqCst);
@@ -158,12 +164,16 @@ impl Body for Exchanged {
             return Poll::Ready(Some(Ok(Frame::data(h))));
         }
         loop {
-            match this.exchange.next_output() {
-                Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
-                Ok(None) => {}
-                Err(e) => {
-                    this.finished = true;
-                    return Poll::Ready(Some(Err(e.into())));
+            // (A body that passes holds nothing between pieces: the usual
+            // case is one check here.)
+            if !this.exchange.passes() {
+                match this.exchange.next_output() {
+                    Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                    Ok(None) => {}
+                    Err(e) => {
+                        this.finished = true;
+                        return Poll::Ready(Some(Err(e.into())));
+                    }
                 }
             }
             if this.finished {
@@ -174,7 +184,16 @@ impl Body for Exchanged {
             }
             match ready!(Pin::new(&mut this.upstream).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => this.exchange.on_response_body(data, false),
+                    // The per-piece path: the piece (or the rewriter's
+                    // first output) goes out at once.
+                    Ok(data) => match this.exchange.on_response_piece(data) {
+                        Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                        Ok(None) => {}
+                        Err(e) => {
+                            this.finished = true;
+                            return Poll::Ready(Some(Err(e.into())));
+                        }
+                    },
                     Err(trailers) if this.trailers => return Poll::Ready(Some(Ok(trailers))),
                     Err(_) => {}
                 },

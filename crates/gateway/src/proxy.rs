@@ -103,7 +103,10 @@ async fn exchange(
         },
         Handling::Proxied => (Some(body), None),
     };
-    let fwd = match ex.on_request(whole).await {
+    // The large futures (the search, the upstream's retry loop, the
+    // response) are boxed: this future stays small, so hyper's moves of it
+    // copy little.
+    let fwd = match Box::pin(ex.on_request(whole)).await {
         Ok(f) => f,
         Err(r) => return reply(r),
     };
@@ -124,7 +127,7 @@ async fn exchange(
     *up.method_mut() = method;
     *up.uri_mut() = uri;
     *up.headers_mut() = headers; // with the exchange's `traceparent` (its upstream span)
-    let sent = state.upstream.send(ex.endpoint(), up).await;
+    let sent = Box::pin(state.upstream.send(ex.endpoint(), up)).await;
     let resp = match sent {
         Ok(r) => r,
         Err(f) => {
@@ -132,7 +135,7 @@ async fn exchange(
             return reply(ex.on_error(class, &detail).await);
         }
     };
-    respond(ex, resp, flushes)
+    Box::pin(respond(ex, resp, flushes))
         .instrument(telemetry::span("response"))
         .await
 }

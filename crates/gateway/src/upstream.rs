@@ -364,10 +364,10 @@ impl HttpUpstream {
     fn respond(&self, resp: Response<hyper::body::Incoming>) -> Response<AnyBody> {
         let limit = self.idle_timeout;
         resp.map(|b| {
-            let b: AnyBody = b.map_err(Into::into).boxed();
             if limit.is_zero() {
-                b
+                b.map_err(Into::into).boxed()
             } else {
+                // Over the upstream body itself: one layer, not three.
                 idle::Idle::new(b, limit).boxed()
             }
         })

@@ -130,11 +130,21 @@ fn random_sizes(seed: u64, max: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Feeds the pieces (the last with `end`) and collects the output.
+/// Feeds the pieces (the last with `end`) and collects the output. Both
+/// per-piece calls are used, in turn: `on_response_piece` (serve's) for
+/// the even pieces, `on_response_body` (ext-proc's) for the odd ones and
+/// the last.
 fn drive(ex: &mut Exchange, pieces: &[Bytes]) -> Vec<u8> {
     let mut out = Vec::new();
     for (i, p) in pieces.iter().enumerate() {
-        ex.on_response_body(p.clone(), i + 1 == pieces.len());
+        let end = i + 1 == pieces.len();
+        if i % 2 == 0 && !end {
+            if let Some(b) = ex.on_response_piece(p.clone()).unwrap() {
+                out.extend_from_slice(&b);
+            }
+        } else {
+            ex.on_response_body(p.clone(), end);
+        }
         while let Some(b) = ex.next_output().unwrap() {
             out.extend_from_slice(&b);
         }
@@ -270,6 +280,52 @@ async fn unchanged_stream_pieces_are_the_input_itself() {
     ex.on_response_body(piece.clone(), true);
     let out = ex.next_output().unwrap().unwrap();
     assert_eq!(out.as_ptr(), piece.as_ptr(), "no copy");
+    assert!(ex.next_output().unwrap().is_none());
+}
+
+/// Every piece through `on_response_piece` (serve's path), the end as
+/// an empty last piece.
+fn drive_per_piece(ex: &mut Exchange, pieces: &[Bytes]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in pieces {
+        if let Some(b) = ex.on_response_piece(p.clone()).unwrap() {
+            out.extend_from_slice(&b);
+        }
+        while let Some(b) = ex.next_output().unwrap() {
+            out.extend_from_slice(&b);
+        }
+    }
+    ex.on_response_body(Bytes::new(), true);
+    while let Some(b) = ex.next_output().unwrap() {
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_per_piece_call_gives_the_same_bytes_and_passes_pieces_as_they_are() {
+    let g = grounding("").await;
+    let want = stream_rewritten(Endpoint::ChatCompletions, CHAT_SSE);
+    for sizes in [vec![1], vec![7, 1, 300], random_sizes(11, 200)] {
+        let mut ex = forwarded(&g, Endpoint::ChatCompletions, true, true).await;
+        let head = ex.on_response_headers(200, &headers(&[SSE])).await;
+        assert_eq!(head.body, BodyPlan::Stream);
+        let got = drive_per_piece(&mut ex, &pieces(CHAT_SSE, &sizes));
+        assert!(got == want, "{sizes:?}");
+    }
+    // Passed: each piece handed back as it is (the same bytes, no copy),
+    // nothing more to take between pieces, and the bytes counted.
+    let mut ex = forwarded(&g, Endpoint::ChatCompletions, false, true).await;
+    let head = ex.on_response_headers(200, &headers(&[SSE])).await;
+    assert_eq!(head.body, BodyPlan::Pass);
+    for p in pieces(CHAT_SSE, &[100]) {
+        let out = ex.on_response_piece(p.clone()).unwrap().unwrap();
+        assert_eq!(out.as_ptr(), p.as_ptr(), "no copy");
+        assert_eq!(out.len(), p.len());
+        assert!(ex.next_output().unwrap().is_none());
+    }
+    assert!(ex.on_response_piece(Bytes::new()).unwrap().is_none());
+    ex.on_response_body(Bytes::new(), true);
     assert!(ex.next_output().unwrap().is_none());
 }
 

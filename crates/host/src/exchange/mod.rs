@@ -748,13 +748,89 @@ impl Exchange {
         }
     }
 
+    /// A piece of the upstream's response body that is not its end, and
+    /// the first piece to send the client: the same as
+    /// [`Exchange::on_response_body`]`(piece, false)` then
+    /// [`Exchange::next_output`], in one call (the per-piece path of a host
+    /// that forwards each output as soon as it has it). Then call
+    /// [`Exchange::next_output`] until `None` for the rest.
+    ///
+    /// A piece that passes is handed back as it is (the same `Bytes`, no
+    /// copy); a streamed rewrite hands back the rewriter's first output.
+    ///
+    /// # Errors
+    /// As [`Exchange::next_output`].
+    #[inline]
+    pub fn on_response_piece(&mut self, piece: Bytes) -> Result<Option<Bytes>, BodyError> {
+        if self.upstream_span.is_some()
+            || self.input_ended
+            || self.inflate.is_some()
+            || !self.out.is_empty()
+        {
+            self.on_response_body(piece, false);
+            return self.next_output();
+        }
+        let first = match &mut self.sink {
+            Sink::Pass => (!piece.is_empty()).then_some(piece),
+            Sink::Stream(rw) => {
+                let t0 = Instant::now();
+                if !piece.is_empty() {
+                    rw.feed(piece);
+                }
+                let b = rw.next_output();
+                self.grounding.metrics().event_added_latency(t0.elapsed());
+                b
+            }
+            Sink::Whole { .. } => {
+                self.sink(piece);
+                return self.next_output();
+            }
+        };
+        if let Some(b) = &first {
+            self.bytes += b.len() as u64;
+        }
+        Ok(first)
+    }
+
     /// The next piece to send the client; `Ok(None)` when it needs more
     /// input (or the body is done).
     ///
     /// # Errors
     /// [`BodyError`]: the body cannot be decoded; end the client's
     /// response as broken (what was output so far is all there is).
+    #[inline]
     pub fn next_output(&mut self) -> Result<Option<Bytes>, BodyError> {
+        // Between pieces (nothing queued, not inflating, not ended): a
+        // passed or held body has nothing; a stream has what its rewriter
+        // has.
+        if self.out.is_empty() && self.inflate.is_none() && !self.input_ended {
+            let b = match &mut self.sink {
+                Sink::Pass | Sink::Whole { .. } => return Ok(None),
+                Sink::Stream(rw) => rw.next_output(),
+            };
+            if let Some(b) = &b {
+                self.bytes += b.len() as u64;
+            }
+            return Ok(b);
+        }
+        self.next_held()
+    }
+
+    /// Whether the body passes piece by piece with nothing held: no
+    /// rewriter, no inflater, no output waiting, not ended. Then
+    /// [`Exchange::next_output`] has nothing to give before the next piece,
+    /// and [`Exchange::on_response_piece`] hands each piece back as it is.
+    #[inline]
+    #[must_use]
+    pub fn passes(&self) -> bool {
+        matches!(self.sink, Sink::Pass)
+            && self.out.is_empty()
+            && self.inflate.is_none()
+            && !self.input_ended
+    }
+
+    /// [`Exchange::next_output`] when something may be held.
+    fn next_held(&mut self) -> Result<Option<Bytes>, BodyError> {
         loop {
             if let Some(b) = self.out.pop_front() {
                 self.bytes += b.len() as u64;
