@@ -32,11 +32,11 @@ What it does
   Each runs at every stream count of `--trace-streams` (default `1`):
   that many kept-alive connections sending at once, `--requests` requests
   in all (at least one per stream), each stream's pieces
-  max(`--gap`, `--stream-gap` (0.002) x streams) seconds apart, so that
-  `serve` under valgrind still reads them one by one (at 100 streams
-  0.2 s: a request takes 14 s; coalesced reads would make the count
-  depend on timing). The export thread sends once a second
-  (or per 512 spans): the script waits `--settle` seconds (default 1.5)
+  max(`--trace-gap` (0.01), `--stream-gap` (0.003) x streams) seconds
+  apart, so that `serve` under valgrind reads them one by one even on a
+  loaded machine (at 100 streams 0.3 s: a request takes 21 s; reads
+  that coalesce make the count depend on the machine's load). The export thread sends every 5 s
+  (or per 512 spans): the script waits `--settle` seconds (default 6)
   after the warm-up before zeroing the counts and again after the measured
   requests before dumping them, in all three cases, so each window holds
   the export of its own requests' spans. The ratios shown are to
@@ -270,7 +270,7 @@ def run_traces(binary: str, case: str, streams: int, args, tmp: Path) -> tuple[i
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"serve did not start: {(tmp / 'stderr').read_text(errors='replace')[-3000:]}")
             time.sleep(0.5)
-        gap = max(args.gap, args.stream_gap * streams)
+        gap = max(args.trace_gap, args.stream_gap * streams)
         model = f"replay:{args.fixture}?piece={args.piece}&gap={gap}"
         req = body(model, True)
         asyncio.run(send_streams(url, req, streams, max(args.warmup, streams)))
@@ -305,7 +305,7 @@ def trace_table(doc: dict) -> str:
     out = [f"### `serve` instructions per request with traces off, on (collector up), on (collector down) "
            f"(callgrind, {doc['date']})", "",
            f"`rewrite` requests (`web_search: true`), fixture `{doc['fixture']}` ({doc['events']} events), "
-           f"{doc['piece']} B pieces (gap: max({doc['gap']}, {doc['stream_gap']} x streams) s), every thread of `serve`; {doc['settle']} s settled before and after the "
+           f"{doc['piece']} B pieces (gap: max({doc['trace_gap']}, {doc['stream_gap']} x streams) s), every thread of `serve`; {doc['settle']} s settled before and after the "
            f"counted requests; mean of {len(rows[0]['runs'])} processes (spread: (max - min) / mean).", "",
            "| streams | case | binary | requests | instructions / request | spread | vs traces off "
            "| answered 200 | exports received (bytes) |",
@@ -415,9 +415,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--trace-streams", default="1", metavar="N,N",
                     help="stream counts of the tracing cases (e.g. 1,100)")
-    ap.add_argument("--stream-gap", type=float, default=0.002,
-                    help="a tracing case's pieces are max(--gap, this x streams) seconds apart on each stream")
-    ap.add_argument("--settle", type=float, default=1.5,
+    ap.add_argument("--trace-gap", type=float, default=0.01,
+                    help="a tracing case's pieces are max(this, --stream-gap x streams) seconds apart on each stream")
+    ap.add_argument("--stream-gap", type=float, default=0.003)
+    ap.add_argument("--settle", type=float, default=6.0,
                     help="seconds waited before and after the counted requests of a tracing case")
     ap.add_argument("--keep", type=Path, metavar="DIR",
                     help="keep each measured callgrind dump there (for callgrind_annotate)")
@@ -482,7 +483,8 @@ def main() -> int:
     doc = {"date": when, "commits": commits, "fixture": args.fixture, "events": events, "piece": args.piece,
            "requests": args.requests, "warmup": args.warmup, "rows": rows}
     if trace_rows:
-        doc.update(trace_rows=trace_rows, settle=args.settle, gap=args.gap, stream_gap=args.stream_gap)
+        doc.update(trace_rows=trace_rows, settle=args.settle, trace_gap=args.trace_gap,
+                   stream_gap=args.stream_gap)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2))
     if rows:

@@ -7,9 +7,10 @@
 //!   (opentelemetry/proto/collector/trace/v1) with one `ResourceSpans`
 //!   (`service.name = "citestream"`) holding one `ScopeSpans` (scope
 //!   `citestream`) with the spans given, fields numbered as
-//!   opentelemetry/proto/trace/v1/trace.proto numbers them. Encoding is
-//!   one pass per span into a reused buffer: no message types, no
-//!   allocation per span or attribute. The unit tests decode the output
+//!   opentelemetry/proto/trace/v1/trace.proto numbers them. Encoding
+//!   computes the lengths, then writes every byte once into a reused
+//!   buffer: no message types, no copy, no allocation per span or
+//!   attribute. The unit tests decode the output
 //!   with the official `opentelemetry-proto` types.
 //! * [`Poster`] sends a body to `{endpoint}/v1/traces` over HTTP/1.1
 //!   (hyper, as the gateway's upstream client), keeping the connection
@@ -99,15 +100,60 @@ impl Any<'_> {
     }
 }
 
+/// A `KeyValue`'s encoded length (without its own tag and length).
+fn key_value_len(key: &str, v: Any<'_>) -> usize {
+    len_field(key.len()) + len_field(v.len())
+}
+
 /// A `KeyValue` as field `field` of the message being written.
 fn key_value(out: &mut Vec<u8>, field: u8, key: &str, v: Any<'_>) {
     let any = v.len();
     tag(out, field, LEN);
-    varint(out, (len_field(key.len()) + len_field(any)) as u64);
+    varint(out, key_value_len(key, v) as u64);
     bytes_field(out, 1, key.as_bytes());
     tag(out, 2, LEN);
     varint(out, any as u64);
     v.write(out);
+}
+
+/// A span's attributes (the keys set), names and values.
+fn attributes(e: &Ended) -> impl Iterator<Item = (&'static str, Any<'_>)> {
+    let text = &e.body.text;
+    e.body
+        .vals
+        .iter()
+        .zip(Key::ALL)
+        .take(KEYS)
+        .filter_map(move |(v, k)| {
+            let any = match *v {
+                Val::None => return None,
+                Val::Int(n) => Any::Int(n),
+                Val::Float(f) => Any::Float(f),
+                Val::Static(s) => Any::Str(s),
+                Val::Text(a, b) => Any::Str(text.get(a as usize..b as usize).unwrap_or_default()),
+            };
+            Some((k.name(), any))
+        })
+}
+
+/// One `Span` message's encoded length (what [`span`] writes).
+fn span_len(e: &Ended) -> usize {
+    let h = &e.head;
+    let mut n = len_field(16) + len_field(8) + len_field(h.name.len());
+    if let Some(s) = &h.state {
+        n += len_field(s.len());
+    }
+    if h.parent_id != 0 {
+        n += len_field(8);
+    }
+    n += 2 + 9 + 9; // kind (one-byte varint), start, end
+    for (k, v) in attributes(e) {
+        n += len_field(key_value_len(k, v));
+    }
+    if e.body.error {
+        n += len_field(2);
+    }
+    n + 2 + 4 // flags: a two-byte tag, fixed32
 }
 
 /// One `Span` message's fields into `out`.
@@ -128,16 +174,8 @@ fn span(out: &mut Vec<u8>, e: &Ended) {
     out.extend_from_slice(&h.start.to_le_bytes());
     tag(out, 8, FIXED64);
     out.extend_from_slice(&e.end.to_le_bytes());
-    let text = &e.body.text;
-    for (i, v) in e.body.vals.iter().enumerate().take(KEYS) {
-        let any = match *v {
-            Val::None => continue,
-            Val::Int(n) => Any::Int(n),
-            Val::Float(f) => Any::Float(f),
-            Val::Static(s) => Any::Str(s),
-            Val::Text(a, b) => Any::Str(text.get(a as usize..b as usize).unwrap_or_default()),
-        };
-        key_value(out, 9, Key::ALL[i].name(), any);
+    for (k, v) in attributes(e) {
+        key_value(out, 9, k, v);
     }
     if e.body.error {
         // Status { code: STATUS_CODE_ERROR }
@@ -151,29 +189,18 @@ fn span(out: &mut Vec<u8>, e: &Ended) {
 }
 
 /// The spans of one export, the request's body written into `out`
-/// (cleared first); `scratch` is a buffer kept between calls.
-pub(super) fn encode<'a>(
-    out: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
-    spans: impl Iterator<Item = &'a Ended>,
-) {
-    // The spans first (each: tag, length, fields), then the messages
-    // around them, whose lengths depend on theirs.
-    scratch.clear();
-    let mut one = Vec::with_capacity(512);
-    for e in spans {
-        one.clear();
-        span(&mut one, e);
-        bytes_field(scratch, 2, &one);
-    }
+/// (cleared first, its allocation reused): the lengths first (the
+/// messages around the spans depend on theirs), then every byte written
+/// once, in place.
+pub(super) fn encode(out: &mut Vec<u8>, spans: &[Ended]) {
     const SERVICE: &str = "service.name";
     const NAME: &str = "citestream";
+    let spans_len: usize = spans.iter().map(|e| len_field(span_len(e))).sum();
     // Resource { attributes: [service.name] }
-    let kv = len_field(SERVICE.len()) + len_field(Any::Str(NAME).len());
-    let resource = len_field(kv);
+    let resource = len_field(key_value_len(SERVICE, Any::Str(NAME)));
     // InstrumentationScope { name }
     let scope = len_field(NAME.len());
-    let scope_spans = len_field(scope) + scratch.len();
+    let scope_spans = len_field(scope) + spans_len;
     let resource_spans = len_field(resource) + len_field(scope_spans);
     out.clear();
     out.reserve(len_field(resource_spans));
@@ -187,7 +214,16 @@ pub(super) fn encode<'a>(
     tag(out, 1, LEN); // ScopeSpans.scope
     varint(out, scope as u64);
     bytes_field(out, 1, NAME.as_bytes());
-    out.extend_from_slice(scratch); // ScopeSpans.spans
+    for e in spans {
+        // ScopeSpans.spans
+        let n = span_len(e);
+        tag(out, 2, LEN);
+        varint(out, n as u64);
+        let at = out.len();
+        span(out, e);
+        debug_assert_eq!(out.len() - at, n, "span_len disagrees with span");
+    }
+    debug_assert_eq!(out.len(), len_field(resource_spans));
 }
 
 /// The HTTP side of the export: one connection to the collector, kept.
@@ -363,8 +399,8 @@ mod tests {
             ended("request", 0xb7ad_6b71_6920_3331, true),
             ended("auth", 0, false),
         ];
-        let (mut out, mut scratch) = (Vec::new(), Vec::new());
-        encode(&mut out, &mut scratch, spans.iter());
+        let mut out = Vec::new();
+        encode(&mut out, &spans);
         let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
         assert_eq!(req.resource_spans.len(), 1);
         let rs = &req.resource_spans[0];
@@ -414,7 +450,7 @@ mod tests {
         assert_eq!(a.flags, 0x101);
         assert_eq!(a.status, None);
         // No spans: still a well-formed request.
-        encode(&mut out, &mut scratch, std::iter::empty());
+        encode(&mut out, &[]);
         let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
         assert!(req.resource_spans[0].scope_spans[0].spans.is_empty());
     }
