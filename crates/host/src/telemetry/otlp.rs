@@ -7,10 +7,10 @@
 //!   (opentelemetry/proto/collector/trace/v1) with one `ResourceSpans`
 //!   (`service.name = "citestream"`) holding one `ScopeSpans` (scope
 //!   `citestream`) with the spans given, fields numbered as
-//!   opentelemetry/proto/trace/v1/trace.proto numbers them. Encoding
-//!   computes the lengths, then writes every byte once into a reused
-//!   buffer: no message types, no copy, no allocation per span or
-//!   attribute. The unit tests decode the output
+//!   opentelemetry/proto/trace/v1/trace.proto numbers them. Encoding is
+//!   one pass into a reused buffer (each length written after its
+//!   message, in room left for it): no message types, no allocation per
+//!   span or attribute. The unit tests decode the output
 //!   with the official `opentelemetry-proto` types.
 //! * [`Poster`] sends a body to `{endpoint}/v1/traces` over HTTP/1.1
 //!   (hyper, as the gateway's upstream client), keeping the connection
@@ -116,44 +116,40 @@ fn key_value(out: &mut Vec<u8>, field: u8, key: &str, v: Any<'_>) {
     v.write(out);
 }
 
-/// A span's attributes (the keys set), names and values.
-fn attributes(e: &Ended) -> impl Iterator<Item = (&'static str, Any<'_>)> {
-    let text = &e.body.text;
-    e.body
-        .vals
-        .iter()
-        .zip(Key::ALL)
-        .take(KEYS)
-        .filter_map(move |(v, k)| {
-            let any = match *v {
-                Val::None => return None,
-                Val::Int(n) => Any::Int(n),
-                Val::Float(f) => Any::Float(f),
-                Val::Static(s) => Any::Str(s),
-                Val::Text(a, b) => Any::Str(text.get(a as usize..b as usize).unwrap_or_default()),
-            };
-            Some((k.name(), any))
-        })
+/// Starts a length-delimited field `field` at the end of `out`: its tag,
+/// then `room` bytes for its length, which [`close_field`] writes once
+/// the field's bytes follow.
+fn open_field(out: &mut Vec<u8>, field: u8, room: usize) -> (usize, usize) {
+    tag(out, field, LEN);
+    let at = out.len();
+    out.resize(at + room, 0);
+    (at, room)
 }
 
-/// One `Span` message's encoded length (what [`span`] writes).
-fn span_len(e: &Ended) -> usize {
-    let h = &e.head;
-    let mut n = len_field(16) + len_field(8) + len_field(h.name.len());
-    if let Some(s) = &h.state {
-        n += len_field(s.len());
+/// Writes the length of the field [`open_field`] started, moving its
+/// bytes when the length takes fewer or more bytes than the room left.
+fn close_field(out: &mut Vec<u8>, (at, room): (usize, usize)) {
+    let mut n = (out.len() - at - room) as u64;
+    let mut buf = [0u8; 10];
+    let mut k = 0;
+    while n >= 0x80 {
+        #[allow(clippy::cast_possible_truncation)]
+        let low = n as u8;
+        buf[k] = low | 0x80;
+        n >>= 7;
+        k += 1;
     }
-    if h.parent_id != 0 {
-        n += len_field(8);
+    #[allow(clippy::cast_possible_truncation)]
+    let last = n as u8;
+    buf[k] = last;
+    k += 1;
+    if k < room {
+        out.copy_within(at + room.., at + k);
+        out.truncate(out.len() - (room - k));
+    } else if k > room {
+        out.splice(at + room..at + room, std::iter::repeat_n(0, k - room));
     }
-    n += 2 + 9 + 9; // kind (one-byte varint), start, end
-    for (k, v) in attributes(e) {
-        n += len_field(key_value_len(k, v));
-    }
-    if e.body.error {
-        n += len_field(2);
-    }
-    n + 2 + 4 // flags: a two-byte tag, fixed32
+    out[at..at + k].copy_from_slice(&buf[..k]);
 }
 
 /// One `Span` message's fields into `out`.
@@ -174,8 +170,16 @@ fn span(out: &mut Vec<u8>, e: &Ended) {
     out.extend_from_slice(&h.start.to_le_bytes());
     tag(out, 8, FIXED64);
     out.extend_from_slice(&e.end.to_le_bytes());
-    for (k, v) in attributes(e) {
-        key_value(out, 9, k, v);
+    let text = &e.body.text;
+    for (i, v) in e.body.vals.iter().enumerate().take(KEYS) {
+        let any = match *v {
+            Val::None => continue,
+            Val::Int(n) => Any::Int(n),
+            Val::Float(f) => Any::Float(f),
+            Val::Static(s) => Any::Str(s),
+            Val::Text(a, b) => Any::Str(text.get(a as usize..b as usize).unwrap_or_default()),
+        };
+        key_value(out, 9, Key::ALL[i].name(), any);
     }
     if e.body.error {
         // Status { code: STATUS_CODE_ERROR }
@@ -189,41 +193,33 @@ fn span(out: &mut Vec<u8>, e: &Ended) {
 }
 
 /// The spans of one export, the request's body written into `out`
-/// (cleared first, its allocation reused): the lengths first (the
-/// messages around the spans depend on theirs), then every byte written
-/// once, in place.
+/// (cleared first, its allocation reused) in one pass: each message's
+/// length is written after its bytes, in the room left for it (a span
+/// below 16 KiB, an export below 2 MiB fit; others move).
 pub(super) fn encode(out: &mut Vec<u8>, spans: &[Ended]) {
     const SERVICE: &str = "service.name";
     const NAME: &str = "citestream";
-    let spans_len: usize = spans.iter().map(|e| len_field(span_len(e))).sum();
-    // Resource { attributes: [service.name] }
-    let resource = len_field(key_value_len(SERVICE, Any::Str(NAME)));
-    // InstrumentationScope { name }
-    let scope = len_field(NAME.len());
-    let scope_spans = len_field(scope) + spans_len;
-    let resource_spans = len_field(resource) + len_field(scope_spans);
     out.clear();
-    out.reserve(len_field(resource_spans));
-    tag(out, 1, LEN); // ExportTraceServiceRequest.resource_spans
-    varint(out, resource_spans as u64);
-    tag(out, 1, LEN); // ResourceSpans.resource
-    varint(out, resource as u64);
+    let resource_spans = open_field(out, 1, 3); // ExportTraceServiceRequest.resource_spans
+    // ResourceSpans.resource: Resource { attributes: [service.name] }
+    tag(out, 1, LEN);
+    varint(
+        out,
+        len_field(key_value_len(SERVICE, Any::Str(NAME))) as u64,
+    );
     key_value(out, 1, SERVICE, Any::Str(NAME));
-    tag(out, 2, LEN); // ResourceSpans.scope_spans
-    varint(out, scope_spans as u64);
-    tag(out, 1, LEN); // ScopeSpans.scope
-    varint(out, scope as u64);
+    let scope_spans = open_field(out, 2, 3); // ResourceSpans.scope_spans
+    // ScopeSpans.scope: InstrumentationScope { name }
+    tag(out, 1, LEN);
+    varint(out, len_field(NAME.len()) as u64);
     bytes_field(out, 1, NAME.as_bytes());
     for e in spans {
-        // ScopeSpans.spans
-        let n = span_len(e);
-        tag(out, 2, LEN);
-        varint(out, n as u64);
-        let at = out.len();
+        let f = open_field(out, 2, 2); // ScopeSpans.spans
         span(out, e);
-        debug_assert_eq!(out.len() - at, n, "span_len disagrees with span");
+        close_field(out, f);
     }
-    debug_assert_eq!(out.len(), len_field(resource_spans));
+    close_field(out, scope_spans);
+    close_field(out, resource_spans);
 }
 
 /// The HTTP side of the export: one connection to the collector, kept.
@@ -453,5 +449,35 @@ mod tests {
         encode(&mut out, &[]);
         let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
         assert!(req.resource_spans[0].scope_spans[0].spans.is_empty());
+    }
+
+    #[test]
+    fn lengths_that_outgrow_their_room_still_decode() {
+        // Spans over 16 KiB (a length of 3 bytes in a room of 2) and an
+        // export over 2 MiB (4 bytes in a room of 3); and small ones.
+        for (n, text) in [(1, 10), (3, 20_000), (10, 300_000), (600, 30)] {
+            let path = "/".repeat(text);
+            let spans: Vec<Ended> = (0..n)
+                .map(|_| {
+                    let mut e = ended("request", 0, false);
+                    e.body.text = path.clone();
+                    e.body.vals[Key::Path as usize] = Val::Text(0, u32::try_from(text).unwrap());
+                    e
+                })
+                .collect();
+            let mut out = Vec::new();
+            encode(&mut out, &spans);
+            let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
+            let got = &req.resource_spans[0].scope_spans[0].spans;
+            assert_eq!(got.len(), n);
+            for s in got {
+                let p = s.attributes.iter().find(|kv| kv.key == "url.path").unwrap();
+                assert_eq!(
+                    p.value.clone().unwrap().value,
+                    Some(Value::StringValue(path.clone()))
+                );
+                assert_eq!(s.end_time_unix_nano, 1_700_000_000_123_456_789);
+            }
+        }
     }
 }
