@@ -120,6 +120,38 @@ def control(pid: int, command: str) -> None:
     subprocess.run(["callgrind_control", command, str(pid)], check=True, capture_output=True, timeout=120)
 
 
+def start_serve(binary: str, cfg: Path, case: str, tmp: Path) -> tuple[subprocess.Popen, str, Path]:
+    """`serve` of `binary` on `cfg` under callgrind: the process, its URL,
+    the dump file's stem."""
+    port = free_port()
+    out = tmp / f"callgrind.{case}.{time.monotonic_ns()}.out"
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
+         "--config", str(cfg), "--listen", f"127.0.0.1:{port}"],
+        stdin=subprocess.DEVNULL, stdout=open(tmp / "stdout", "ab"), stderr=open(tmp / "stderr", "ab"))
+    return proc, f"http://127.0.0.1:{port}", out
+
+
+def wait_ready(proc: subprocess.Popen, url: str, tmp: Path, args) -> None:
+    deadline = time.monotonic() + args.start_timeout
+    while http_status(url + "/readyz", 2.0) != 200:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"serve did not start: {(tmp / 'stderr').read_text(errors='replace')[-3000:]}")
+        time.sleep(0.5)
+
+
+def last_dump(out: Path, tmp: Path, args, kept: str) -> Path:
+    """The measured dump of the process that wrote `out` (kept in `--keep`
+    as `callgrind.{kept}.*.out`)."""
+    dumps = sorted(tmp.glob(out.name + ".*"), key=lambda f: f.stat().st_mtime)
+    if not dumps:
+        raise RuntimeError(f"callgrind wrote no dump next to {out}")
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(dumps[-1], args.keep / f"callgrind.{kept}.{time.monotonic_ns()}.out")
+    return dumps[-1]
+
+
 def run(binary: str, case: str, args, tmp: Path) -> tuple[int, int, int]:
     """(instructions, requests answered 200, stale resends) of `--requests`
     requests of `case` on one `serve` process, after `--warmup` ones."""
@@ -133,21 +165,11 @@ def run(binary: str, case: str, args, tmp: Path) -> tuple[int, int, int]:
         "search": {"provider": "static", "static": {"path": str(sources)}},
         "quota": {"store": "memory"},
     }))
-    port = free_port()
-    out = tmp / f"callgrind.{case}.{time.monotonic_ns()}.out"
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
-         "--config", str(cfg), "--listen", f"127.0.0.1:{port}"],
-        stdin=subprocess.DEVNULL, stdout=open(tmp / "stdout", "ab"), stderr=open(tmp / "stderr", "ab"))
-    url = f"http://127.0.0.1:{port}"
+    proc, url, out = start_serve(binary, cfg, case, tmp)
     ok = 0
     stale = [-1, -1]
     try:
-        deadline = time.monotonic() + args.start_timeout
-        while http_status(url + "/readyz", 2.0) != 200:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"serve did not start: {(tmp / 'stderr').read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
+        wait_ready(proc, url, tmp, args)
         model = f"replay:{args.fixture}?piece={args.piece}&gap={args.gap}"
         req = body(model, case != "pass-through")
         with httpx.Client(timeout=120) as client:
@@ -171,14 +193,8 @@ def run(binary: str, case: str, args, tmp: Path) -> tuple[int, int, int]:
     finally:
         stop_pid(proc, 120.0)
         replay.stop()
-    dumps = sorted(tmp.glob(out.name + ".*"), key=lambda f: f.stat().st_mtime)
-    if not dumps:
-        raise RuntimeError(f"callgrind wrote no dump next to {out}")
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        name = Path(binary).name
-        shutil.copy(dumps[-1], args.keep / f"callgrind.{name}.{case}.{time.monotonic_ns()}.out")
-    return total_instructions(dumps[-1]), ok, (stale[1] - stale[0]) if min(stale) >= 0 else -1
+    dump = last_dump(out, tmp, args, f"{Path(binary).name}.{case}")
+    return total_instructions(dump), ok, (stale[1] - stale[0]) if min(stale) >= 0 else -1
 
 
 class Receiver:
@@ -255,21 +271,11 @@ def run_traces(binary: str, case: str, streams: int, args, tmp: Path) -> tuple[i
     elif case == "traces-down":
         cfg["log"] = {"otlp_endpoint": f"http://127.0.0.1:{free_port()}"}  # bound and let go: refused
     (tmp / "citestream.toml").write_text(toml_dumps(cfg))
-    port = free_port()
-    out = tmp / f"callgrind.{case}.{time.monotonic_ns()}.out"
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
-         "--config", str(tmp / "citestream.toml"), "--listen", f"127.0.0.1:{port}"],
-        stdin=subprocess.DEVNULL, stdout=open(tmp / "stdout", "ab"), stderr=open(tmp / "stderr", "ab"))
-    url = f"http://127.0.0.1:{port}"
+    proc, url, out = start_serve(binary, tmp / "citestream.toml", case, tmp)
     total = max(args.requests, streams)
     ok, exports, sent = 0, 0, 0
     try:
-        deadline = time.monotonic() + args.start_timeout
-        while http_status(url + "/readyz", 2.0) != 200:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"serve did not start: {(tmp / 'stderr').read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
+        wait_ready(proc, url, tmp, args)
         gap = max(args.trace_gap, args.stream_gap * streams)
         model = f"replay:{args.fixture}?piece={args.piece}&gap={gap}"
         req = body(model, True)
@@ -288,13 +294,8 @@ def run_traces(binary: str, case: str, streams: int, args, tmp: Path) -> tuple[i
         replay.stop()
         if receiver:
             receiver.stop()
-    dumps = sorted(tmp.glob(out.name + ".*"), key=lambda f: f.stat().st_mtime)
-    if not dumps:
-        raise RuntimeError(f"callgrind wrote no dump next to {out}")
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        shutil.copy(dumps[-1], args.keep / f"callgrind.{Path(binary).name}.{case}.{streams}.{time.monotonic_ns()}.out")
-    return total_instructions(dumps[-1]), ok, exports, sent
+    dump = last_dump(out, tmp, args, f"{Path(binary).name}.{case}.{streams}")
+    return total_instructions(dump), ok, exports, sent
 
 
 def trace_table(doc: dict) -> str:
