@@ -40,7 +40,9 @@ What it does
   after the warm-up before zeroing the counts and again after the measured
   requests before dumping them, in all three cases, so each window holds
   the export of its own requests' spans. The ratios shown are to
-  `traces-off` of the same binary and stream count.
+  `traces-off` of the same binary and stream count. `--split-threads`
+  has callgrind count each thread apart and shows the export thread's
+  share (the thread that ran `export_loop`).
 * The upstream is the end-to-end harness's replay upstream
   (tests/e2e/harness/replay.py), in this process, replaying `--fixture`
   (default `openai_gpt41nano_text_usage`, 304 events, 100 KB) in pieces of
@@ -120,13 +122,15 @@ def control(pid: int, command: str) -> None:
     subprocess.run(["callgrind_control", command, str(pid)], check=True, capture_output=True, timeout=120)
 
 
-def start_serve(binary: str, cfg: Path, case: str, tmp: Path) -> tuple[subprocess.Popen, str, Path]:
-    """`serve` of `binary` on `cfg` under callgrind: the process, its URL,
-    the dump file's stem."""
+def start_serve(binary: str, cfg: Path, case: str, tmp: Path,
+                threads: bool = False) -> tuple[subprocess.Popen, str, Path]:
+    """`serve` of `binary` on `cfg` under callgrind (`threads`: one dump
+    file per thread): the process, its URL, the dump file's stem."""
     port = free_port()
     out = tmp / f"callgrind.{case}.{time.monotonic_ns()}.out"
     proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        + (["--separate-threads=yes"] if threads else []) + [binary, "serve",
          "--config", str(cfg), "--listen", f"127.0.0.1:{port}"],
         stdin=subprocess.DEVNULL, stdout=open(tmp / "stdout", "ab"), stderr=open(tmp / "stderr", "ab"))
     return proc, f"http://127.0.0.1:{port}", out
@@ -253,9 +257,10 @@ async def send_streams(url: str, req: bytes, streams: int, total: int) -> int:
         return sum(await asyncio.gather(*(one_stream(n) for n in shares if n)))
 
 
-def run_traces(binary: str, case: str, streams: int, args, tmp: Path) -> tuple[int, int, int, int]:
-    """(instructions, requests answered 200, exports received, their bytes)
-    of the measured requests of a tracing case (see the module docs)."""
+def run_traces(binary: str, case: str, streams: int, args, tmp: Path) -> tuple[int, int, int, int, int]:
+    """(instructions, of them the export thread's (-1: not split), requests
+    answered 200, exports received, their bytes) of the measured requests
+    of a tracing case (see the module docs)."""
     replay = ReplayServer().start()
     replay.record = False
     receiver = Receiver() if case == "traces-up" else None
@@ -271,7 +276,7 @@ def run_traces(binary: str, case: str, streams: int, args, tmp: Path) -> tuple[i
     elif case == "traces-down":
         cfg["log"] = {"otlp_endpoint": f"http://127.0.0.1:{free_port()}"}  # bound and let go: refused
     (tmp / "citestream.toml").write_text(toml_dumps(cfg))
-    proc, url, out = start_serve(binary, tmp / "citestream.toml", case, tmp)
+    proc, url, out = start_serve(binary, tmp / "citestream.toml", case, tmp, args.split_threads)
     total = max(args.requests, streams)
     ok, exports, sent = 0, 0, 0
     try:
@@ -294,8 +299,23 @@ def run_traces(binary: str, case: str, streams: int, args, tmp: Path) -> tuple[i
         replay.stop()
         if receiver:
             receiver.stop()
+    if args.split_threads:
+        return (*per_thread(out, tmp), ok, exports, sent)
     dump = last_dump(out, tmp, args, f"{Path(binary).name}.{case}.{streams}")
-    return total_instructions(dump), ok, exports, sent
+    return total_instructions(dump), -1, ok, exports, sent
+
+
+def per_thread(out: Path, tmp: Path) -> tuple[int, int]:
+    """(all threads, the span export thread) of the measured dump written
+    with `--separate-threads=yes` (files `{out}.{dump}-{thread}`); the
+    export thread is the one that ran `export_loop`."""
+    files = [f for f in tmp.glob(out.name + ".*-*") if re.search(r"\.(\d+)-(\d+)$", f.name)]
+    if not files:
+        raise RuntimeError(f"callgrind wrote no per-thread dump next to {out}")
+    last = max(int(re.search(r"\.(\d+)-\d+$", f.name).group(1)) for f in files)
+    files = [f for f in files if int(re.search(r"\.(\d+)-\d+$", f.name).group(1)) == last]
+    export = sum(total_instructions(f) for f in files if "export_loop" in f.read_text(errors="replace"))
+    return sum(total_instructions(f) for f in files), export
 
 
 def trace_table(doc: dict) -> str:
@@ -309,14 +329,15 @@ def trace_table(doc: dict) -> str:
            f"{doc['piece']} B pieces (gap: max({doc['trace_gap']}, {doc['stream_gap']} x streams) s), every thread of `serve`; {doc['settle']} s settled before and after the "
            f"counted requests; mean of {len(rows[0]['runs'])} processes (spread: (max - min) / mean).", "",
            "| streams | case | binary | requests | instructions / request | spread | vs traces off "
-           "| answered 200 | exports received (bytes) |",
-           "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+           "| of them the export thread | answered 200 | exports received (bytes) |",
+           "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r["streams"], r["binary"], TRACE_CASES.index(r["case"]))):
         b = off.get((r["binary"], r["streams"]))
         ratio = f"{r['per_request'] / b['per_request']:.4f}" if b else "n/a"
         got = f"{r['exports']} ({r['export_bytes']:,})" if r["case"] == "traces-up" else "—"
+        export = fmt(r["export_thread"]) if r.get("export_thread") is not None else "not split"
         out.append(f"| {r['streams']} | {r['case']} | `{r['binary']}` | {r['requests']} | {fmt(r['per_request'])} "
-                   f"| {100 * r['spread']:.2f}% | {ratio} | {r['answered_200']}/{r['requests']} | {got} |")
+                   f"| {100 * r['spread']:.2f}% | {ratio} | {export} | {r['answered_200']}/{r['requests']} | {got} |")
     return "\n".join(out)
 
 
@@ -419,6 +440,8 @@ def main() -> int:
     ap.add_argument("--trace-gap", type=float, default=0.01,
                     help="a tracing case's pieces are max(this, --stream-gap x streams) seconds apart on each stream")
     ap.add_argument("--stream-gap", type=float, default=0.003)
+    ap.add_argument("--split-threads", action="store_true",
+                    help="tracing cases: one dump per thread; the export thread's share is shown")
     ap.add_argument("--settle", type=float, default=6.0,
                     help="seconds waited before and after the counted requests of a tracing case")
     ap.add_argument("--keep", type=Path, metavar="DIR",
@@ -472,10 +495,11 @@ def main() -> int:
                 total = max(args.requests, n)
                 pers = [r[0] / total for r in runs]
                 per = sum(pers) / len(pers)
-                answered = min(r[1] for r in runs)
+                answered = min(r[2] for r in runs)
                 row = {"case": case, "binary": name, "streams": n, "requests": total, "answered_200": answered,
                        "per_request": per, "runs": pers, "spread": (max(pers) - min(pers)) / per,
-                       "exports": min(r[2] for r in runs), "export_bytes": min(r[3] for r in runs)}
+                       "export_thread": (sum(r[1] for r in runs) / len(runs) / total) if runs[0][1] >= 0 else None,
+                       "exports": min(r[3] for r in runs), "export_bytes": min(r[4] for r in runs)}
                 trace_rows.append(row)
                 print(f"{case} x{n} {name}: {fmt(per)} per request (runs {', '.join(fmt(x) for x in pers)}), "
                       f"{answered}/{total} answered 200, exports {row['exports']}", file=sys.stderr)
