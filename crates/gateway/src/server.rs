@@ -429,12 +429,18 @@ mod tests {
         socket2::SockRef::from(l).reuse_port().unwrap()
     }
 
-    #[test]
-    fn one_worker_binds_one_listener_without_reuseport() {
-        let l = Listeners::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
-        assert_eq!(l.len(), 1);
+    /// `n` listeners on a port the kernel picks, and that port's address.
+    fn on_port_0(n: usize) -> (Listeners, SocketAddr) {
+        let l = Listeners::bind("127.0.0.1:0".parse().unwrap(), n).unwrap();
+        assert_eq!(l.len(), n);
         let addr = l.local_addr().unwrap();
         assert_ne!(addr.port(), 0);
+        (l, addr)
+    }
+
+    #[test]
+    fn one_worker_binds_one_listener_without_reuseport() {
+        let (l, addr) = on_port_0(1);
         assert!(!reuse_port(&l.sockets[0]));
         // Nobody else may share the port.
         assert!(Listeners::bind(addr, 2).is_err());
@@ -443,10 +449,7 @@ mod tests {
 
     #[test]
     fn several_workers_share_one_port_and_the_kernel_spreads_connections() {
-        let l = Listeners::bind("127.0.0.1:0".parse().unwrap(), 3).unwrap();
-        assert_eq!(l.len(), 3);
-        let addr = l.local_addr().unwrap();
-        assert_ne!(addr.port(), 0);
+        let (l, addr) = on_port_0(3);
         for s in &l.sockets {
             assert_eq!(s.local_addr().unwrap(), addr);
             assert!(reuse_port(s));
