@@ -119,10 +119,10 @@ def test_reload_under_load_reaches_both_workers(serve, tmp_path):
 
 def test_drain_with_two_workers(serve, replay, tmp_path):
     sources = sources_file(tmp_path)
-    cfg = workers_doc(sources, [STABLE], server={"drain_delay": "1500ms", "shutdown_grace": "30s"})
+    cfg = workers_doc(sources, [STABLE], server={"drain_delay": "4s", "shutdown_grace": "30s"})
     cfg["upstream"] = {"base_url": replay.url}
     gw = serve(cfg)
-    body, _ = client_body(CHAT, f"replay:{LONG}?piece=2000&gap=0.05", True)
+    body, _ = client_body(CHAT, f"replay:{LONG}?piece=2000&gap=0.2", True)
     got: dict = {}
 
     def streaming() -> None:
@@ -136,13 +136,14 @@ def test_drain_with_two_workers(serve, replay, tmp_path):
     time.sleep(0.3)
     # Inside the delay, on new connections (both workers): 503 probes, and
     # grounded requests still served.
+    # (A probe after the delay would be refused or reset: checked below.)
     ready = [httpx.get(gw.url + "/readyz", timeout=5).status_code for _ in range(16)]
     assert ready == [503] * 16, ready
     whole, _ = client_body(CHAT, f"replay:{LONG}", False)
     served = [raw_post(gw.url + CHAT, whole, headers={"authorization": f"Bearer {STABLE}"})[0]
               for _ in range(8)]
     assert served == [200] * 8, served
-    assert time.monotonic() - t_term < 1.4, "too slow to check inside the drain delay"
+    assert time.monotonic() - t_term < 3.9, "too slow to check inside the drain delay"
     refused_while_streaming = None
     while time.monotonic() - t_term < 20:
         try:
@@ -154,7 +155,7 @@ def test_drain_with_two_workers(serve, replay, tmp_path):
             pass  # e.g. reset: queued as the listeners closed
         time.sleep(0.02)
     assert refused_while_streaming, "new connections were not refused while the stream drained"
-    assert time.monotonic() - t_term >= 1.4, "the listeners closed before the drain delay"
+    assert time.monotonic() - t_term >= 3.9, "the listeners closed before the drain delay"
     t.join(60)
     status, _, data = got["response"]
     assert status == 200
