@@ -18,7 +18,8 @@ Peers, each started by its own function below, all in front of one upstream
 * Envoy, `--concurrency 1`, the shipped `examples/envoy/envoy.yaml` with the
   ext_proc filter removed (router only);
 * the LiteLLM proxy, 1 worker, without citestream's callback (the proxy alone);
-* `citestream serve`, asked with `web_search` false and true (static search);
+* `citestream serve`, 1 worker (`server.workers = 1`, as every other peer
+  gets one), asked with `web_search` false and true (static search);
 * Envoy + `citestream ext-proc`, `STREAMED` and `FULL_DUPLEX_STREAMED`
   (`web_search` true: every event through the rewriter);
 * Envoy + the do-nothing processor, both body modes (the protocol's floor);
@@ -288,8 +289,10 @@ def citestream_config(tmp: Path) -> dict:
 
 
 def start_serve(up: Upstream, tmp: Path, web_search: bool) -> Peer:
-    s = Serve.start({"upstream": {"base_url": up.url}, **citestream_config(tmp)})
-    return Peer(f"`citestream serve`, `web_search` {'on' if web_search else 'off'}", s.url, [s.proc.pid],
+    # One worker, as the other peers get one (nginx, Envoy, LiteLLM).
+    s = Serve.start({"server": {"workers": 1}, "upstream": {"base_url": up.url}, **citestream_config(tmp)})
+    return Peer(f"`citestream serve` (1 worker), `web_search` {'on' if web_search else 'off'}", s.url,
+                [s.proc.pid],
                 [s.stop], web_search=web_search)
 
 
@@ -585,7 +588,8 @@ def report(plan: Plan, peers: list[Peer], res: dict, use_perf: bool, notes: list
         f"Medians of {plan.reps} interleaved repetitions. Unpaced: 1 stream x {plan.unpaced_events:,} events; "
         f"paced: {plan.paced_streams} streams x {plan.paced_events} events, {gap:g} ms apart (latency also at "
         f"1 stream x {plan.paced1_events}); 226-byte events. Syscalls and context switches: {src}. "
-        f"RSS: {plan.rss_streams} streams held open.",
+        f"RSS: {plan.rss_streams} streams held open. Every peer runs one worker "
+        "(`citestream serve`: `server.workers = 1`).",
         "",
         "| host | CPU µs/event unpaced | CPU µs/event paced | syscalls/event unpaced / paced "
         "| ctx switches/event unpaced / paced | added latency 1 stream p50 / p99 µs "

@@ -46,8 +46,8 @@ def test_quick_run_measures_every_peer(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(out.read_text())
     peers = got["peers"]
-    expected = ["nginx", "Envoy 1", "LiteLLM", "`citestream serve`, `web_search` off",
-                "`citestream serve`, `web_search` on", "ext-proc`, `STREAMED`", "ext-proc`, `FULL_DUPLEX_STREAMED`"]
+    expected = ["nginx", "Envoy 1", "LiteLLM", "`citestream serve` (1 worker), `web_search` off",
+                "`citestream serve` (1 worker), `web_search` on", "ext-proc`, `STREAMED`", "ext-proc`, `FULL_DUPLEX_STREAMED`"]
     if noop:
         expected += ["do-nothing processor, `STREAMED`", "do-nothing processor, `FULL_DUPLEX_STREAMED`"]
     else:  # the only rows allowed to be missing, and never silently

@@ -243,6 +243,9 @@ def test_drain_delay_readyz_503_while_still_serving(serve, tmp_path):
     r = ask(gw.url, STABLE)
     assert r.status_code == 200 and r.headers["x-citestream-search"] == "injected"
     assert gw.proc.wait(20) == 0
+    # The process may exit within one probe interval of closing its
+    # listener: let the probe see the closed port once more.
+    time.sleep(0.1)
     stop.set()
     t.join()
     after = [(at - t_term, s) for at, s in seen if at > t_term]

@@ -81,9 +81,19 @@ pub(crate) fn banner_details(cfg: &Config) -> String {
     )
 }
 
-/// A multi-threaded runtime for the servers.
+/// A multi-threaded runtime (`ext-proc`).
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Usage(format!("cannot start the runtime: {e}")))
+}
+
+/// `serve`'s background runtime, on the calling thread: the signals, the
+/// reloads, the quota store's and the traces' connections; the connections
+/// themselves run on the gateway's worker threads, each with its own.
+pub(crate) fn background_runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Usage(format!("cannot start the runtime: {e}")))

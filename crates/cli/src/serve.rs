@@ -1,9 +1,10 @@
 //! `citestream serve [--config FILE] [--listen ADDR]`: the gateway (docs/gateway.md).
 //!
 //! Loads the config (the embedded defaults without `--config`), applies
-//! `--listen` over the file and the `CITESTREAM_*` overrides, binds, prints
-//! the address and one ready-to-paste request on standard output, then
-//! serves (one JSON log line per request on standard output) until
+//! `--listen` over the file and the `CITESTREAM_*` overrides, binds one
+//! listener per worker (`server.workers`), prints the address, the worker
+//! count and one ready-to-paste request on standard output, then serves
+//! (one JSON log line per request on standard output) until
 //! SIGTERM/SIGINT, drains, and exits 0. SIGHUP reloads the config file
 //! (with `--listen` applied again; the log level too).
 //!
@@ -32,7 +33,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Failure> {
     let cfg = args.server.load()?;
     let telemetry = crate::process::telemetry(&cfg)?;
     let reloader = Reloader::new(cfg.clone(), args.server.loader());
-    let result = crate::process::runtime()?.block_on(serve(cfg, reloader, &telemetry));
+    let result = crate::process::background_runtime()?.block_on(serve(cfg, reloader, &telemetry));
     telemetry.shutdown();
     result.map_err(|e| Failure::Usage(e.to_string()))
 }
@@ -40,15 +41,13 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Failure> {
 async fn serve(cfg: Config, reloader: Reloader, telemetry: &Telemetry) -> Result<(), ConfigError> {
     let signals = signals();
     let gateway = Gateway::new(&cfg).await?;
-    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
-        .await
-        .map_err(|e| {
-            ConfigError::new(
-                "server.listen",
-                format!("cannot listen on {}: {e}", cfg.server.listen),
-            )
-        })?;
-    let addr = listener.local_addr().unwrap_or(cfg.server.listen);
+    let listeners = gateway.bind(cfg.server.listen).map_err(|e| {
+        ConfigError::new(
+            "server.listen",
+            format!("cannot listen on {}: {e}", cfg.server.listen),
+        )
+    })?;
+    let addr = listeners.local_addr().unwrap_or(cfg.server.listen);
     let model = if cfg.upstream.base_url.is_empty() {
         "citestream-demo"
     } else {
@@ -57,9 +56,10 @@ async fn serve(cfg: Config, reloader: Reloader, telemetry: &Telemetry) -> Result
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "citestream serve: listening on http://{addr} (upstream: {}, {})",
+        "citestream serve: listening on http://{addr} (upstream: {}, {}, workers: {})",
         gateway.upstream_name(),
         crate::process::banner_details(&cfg),
+        gateway.workers(),
     );
     let _ = writeln!(
         out,
@@ -70,7 +70,9 @@ async fn serve(cfg: Config, reloader: Reloader, telemetry: &Telemetry) -> Result
     drop(out);
     let set_level = telemetry.level_control();
     gateway
-        .run(listener, signals, reloader, move |c| set_level(c.log.level))
-        .await;
-    Ok(())
+        .run(listeners, signals, reloader, move |c| {
+            set_level(c.log.level)
+        })
+        .await
+        .map_err(|e| ConfigError::new("server.workers", format!("cannot start a worker: {e}")))
 }

@@ -76,6 +76,8 @@ fn embedded_defaults_start_answer_and_exit_0_on_sigterm() {
         addr,
     } = serve_support::start(&[], &[]);
     assert!(banner.contains("upstream: demo"), "{banner}");
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    assert!(banner.contains(&format!("workers: {cores})")), "{banner}");
     assert!(
         banner.contains(&format!("curl -s http://{addr}/v1/chat/completions")),
         "{banner}"

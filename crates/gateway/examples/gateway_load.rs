@@ -30,10 +30,11 @@
 //! numbers are comparisons within one run (the same machine, the same load
 //! generator), not absolute figures.
 //!
-//! `--cpu ROUNDS` runs only the CPU table instead: `serve` from `--bin`
-//! and, when given, from `--base-bin` (the same tree before a change), and
-//! `--bin` again with `TOKIO_WORKER_THREADS=1` (one worker: no cross-thread
-//! wake-ups); per workload (unpaced, one stream of 5,000 events; paced,
+//! `--cpu ROUNDS` runs only the CPU table instead: `serve` from
+//! `--base-bin` when given (the same tree before a change; as it is and
+//! with `TOKIO_WORKER_THREADS=1`, one runtime worker), and from `--bin`
+//! once per `--workers` count (default `1,2`: `server.workers`, one
+//! current-thread runtime per worker); per workload (unpaced, one stream of 5,000 events; paced,
 //! 50 streams of 100 events 2 ms apart) and `web_search` off and on, in
 //! `ROUNDS` interleaved rounds, the CPU the `serve` process spent per event
 //! (its threads' `/proc/PID/task/*/schedstat`), and the per-event latency
@@ -473,6 +474,7 @@ struct Args {
     rounds: usize,
     cpu: usize,
     base_bin: Option<PathBuf>,
+    workers: Vec<usize>,
 }
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
@@ -488,6 +490,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         rounds: 5,
         cpu: 0,
         base_bin: None,
+        workers: vec![1, 2],
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -509,6 +512,12 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--rounds" => a.rounds = num()?.max(1),
             "--cpu" => a.cpu = num()?.max(1),
             "--base-bin" => a.base_bin = Some(PathBuf::from(value)),
+            "--workers" => {
+                a.workers = value
+                    .split(',')
+                    .map(|s| s.parse().map_err(|e| format!("--workers: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--tracing" => {
                 a.tracing = value
                     .split(',')
@@ -968,24 +977,38 @@ async fn strace_counts<F: std::future::Future<Output = usize>>(
     Some((counts, events))
 }
 
-/// One `serve` of the CPU table: its name, binary and environment.
-type Setup = (String, PathBuf, Vec<(&'static str, &'static str)>);
+/// One `serve` of the CPU table: its name, binary, environment and extra
+/// config.
+type Setup = (String, PathBuf, Vec<(&'static str, &'static str)>, String);
 
 /// CPU per event of `serve` builds side by side (see the module docs).
 async fn cpu_table(bench: &Bench, args: &Args, up_addr: SocketAddr, dir: &std::path::Path) {
     let mut setups: Vec<Setup> = Vec::new();
     if let Some(base) = &args.base_bin {
-        setups.push(("before (--base-bin)".into(), base.clone(), Vec::new()));
+        setups.push((
+            "before (--base-bin)".into(),
+            base.clone(),
+            Vec::new(),
+            String::new(),
+        ));
+        setups.push((
+            "before, TOKIO_WORKER_THREADS=1".into(),
+            base.clone(),
+            vec![("TOKIO_WORKER_THREADS", "1")],
+            String::new(),
+        ));
     }
-    setups.push(("after (--bin)".into(), args.bin.clone(), Vec::new()));
-    setups.push((
-        "after, TOKIO_WORKER_THREADS=1".into(),
-        args.bin.clone(),
-        vec![("TOKIO_WORKER_THREADS", "1")],
-    ));
+    for &w in &args.workers {
+        setups.push((
+            format!("after (--bin), server.workers = {w}"),
+            args.bin.clone(),
+            Vec::new(),
+            format!("[server]\nworkers = {w}\n"),
+        ));
+    }
     let mut gws = Vec::new();
-    for (i, (name, bin, env)) in setups.iter().enumerate() {
-        let (child, addr) = spawn_gateway_env(bin, up_addr, dir, &format!("cpu{i}"), "", env);
+    for (i, (name, bin, env, extra)) in setups.iter().enumerate() {
+        let (child, addr) = spawn_gateway_env(bin, up_addr, dir, &format!("cpu{i}"), extra, env);
         wait_ready(&bench.client, &addr).await;
         let url = format!("http://{addr}{CHAT_PATH}");
         run_level(bench, &url, true, 10, Job::new(50, 0, false)).await;

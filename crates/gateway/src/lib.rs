@@ -7,7 +7,9 @@
 //! is the HTTP shell around them:
 //!
 //! * `server`: accepting HTTP/1.1 and h2c connections, slow-client limits,
-//!   the state of the moment per request, the graceful drain;
+//!   the worker threads (`server.workers`, one current-thread runtime and
+//!   one `SO_REUSEPORT` listener each: [`Listeners`]), the state of the
+//!   moment per request, the graceful drain;
 //! * `proxy`: the probes and the plumbing around each request's
 //!   `citestream_host::exchange::Exchange` (which decides everything about
 //!   the request and its response);
@@ -55,6 +57,7 @@ mod server;
 mod upstream;
 
 use proxy::State;
+pub use server::Listeners;
 use server::{Drain, Live};
 use upstream::Upstream;
 
@@ -66,15 +69,21 @@ pub struct Gateway {
     drain: Drain,
 }
 
-/// The state of `cfg` on `grounding` (the one place a [`State`] is made).
-fn state(cfg: &Config, grounding: Grounding) -> Result<State, ConfigError> {
-    let upstream = Upstream::new(cfg, grounding.metrics().clone(), grounding.tls())
-        .map_err(|m| ConfigError::new("upstream", m))?;
-    Ok(State {
-        grounding: Arc::new(grounding),
-        upstream,
-        draining: AtomicBool::new(false),
-    })
+/// The states of `cfg` on `grounding`, one per worker, each with its own
+/// upstream client (the one place a [`State`] is made).
+fn states(cfg: &Config, grounding: Grounding, workers: usize) -> Result<Vec<State>, ConfigError> {
+    let grounding = Arc::new(grounding);
+    (0..workers.max(1))
+        .map(|_| {
+            let upstream = Upstream::new(cfg, grounding.metrics().clone(), grounding.tls())
+                .map_err(|m| ConfigError::new("upstream", m))?;
+            Ok(State {
+                grounding: grounding.clone(),
+                upstream,
+                draining: AtomicBool::new(false),
+            })
+        })
+        .collect()
 }
 
 fn drain_of(cfg: &Config) -> Drain {
@@ -86,7 +95,7 @@ fn drain_of(cfg: &Config) -> Drain {
 
 impl Gateway {
     /// Builds the gateway of `cfg`: accounts, quota store, search provider,
-    /// upstream client.
+    /// and one upstream client per worker (`server.workers`).
     ///
     /// # Errors
     /// A [`ConfigError`] naming the key at fault.
@@ -101,7 +110,7 @@ impl Gateway {
     pub async fn with_clock(cfg: &Config, clock: Arc<dyn Clock>) -> Result<Gateway, ConfigError> {
         let grounding = Grounding::with_clock(cfg, clock).await?;
         Ok(Gateway {
-            live: Arc::new(Live::new(state(cfg, grounding)?)),
+            live: Arc::new(Live::new(states(cfg, grounding, cfg.server.workers)?)),
             header_timeout: cfg.server.header_read_timeout,
             drain: drain_of(cfg),
         })
@@ -111,58 +120,83 @@ impl Gateway {
     /// its base URL), for the start-up banner.
     #[must_use]
     pub fn upstream_name(&self) -> String {
-        self.live.state.load().upstream.describe()
+        self.live.load(0).upstream.describe()
     }
 
     /// The metrics registry (the same one across config reloads).
     #[must_use]
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.live.state.load().grounding.metrics().clone()
+        self.live.load(0).grounding.metrics().clone()
     }
 
-    /// Serves connections from `listener` until `shutdown` completes, then
-    /// stops accepting, answers `/readyz` with 503 and lets open requests
-    /// finish for up to `server.shutdown_grace` (no `server.drain_delay`:
-    /// see [`Gateway::run`] for the signals' behaviour).
+    /// How many workers it serves with (`server.workers`).
+    #[must_use]
+    pub fn workers(&self) -> usize {
+        self.live.workers()
+    }
+
+    /// Binds one listener per worker on `addr` (see [`Listeners`]), for
+    /// [`Gateway::run`].
+    ///
+    /// # Errors
+    /// The address cannot be bound.
+    pub fn bind(&self, addr: std::net::SocketAddr) -> std::io::Result<Listeners> {
+        Listeners::bind(addr, self.workers())
+    }
+
+    /// Serves connections from `listener` on the calling runtime (one
+    /// worker's state, whatever `server.workers` says) until `shutdown`
+    /// completes, then stops accepting, answers `/readyz` with 503 and lets
+    /// open requests finish for up to `server.shutdown_grace` (no
+    /// `server.drain_delay`: see [`Gateway::run`] for the signals'
+    /// behaviour).
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
         let drain = Drain {
             delay: Duration::ZERO,
             ..self.drain
         };
-        server::serve(self.live, listener, self.header_timeout, async {
+        server::serve(self.live, 0, listener, self.header_timeout, async {
             shutdown.await;
             drain
         })
         .await;
     }
 
-    /// Serves connections from `listener`, driven by `signals` until one
-    /// stops it or the channel closes (then as [`Signal::Interrupt`]):
+    /// Serves connections from `listeners` ([`Gateway::bind`]), one worker
+    /// thread per listener (`serve-worker-0`, …, each with its own
+    /// current-thread runtime), driven by `signals` until one stops it or
+    /// the channel closes (then as [`Signal::Interrupt`]). The signals, the
+    /// reloads and whatever else runs outside the connections stay on the
+    /// caller's runtime.
     ///
     /// * [`Signal::Reload`]: `reloader` reads the config file again and
     ///   the new state (accounts and keys, plans, upstream, search provider
     ///   and local index, inject, rewrite, `server.max_request_body`) is
-    ///   built on a blocking thread, then used by every request that
-    ///   starts afterwards; requests already running finish with the old
-    ///   one. The quota store (and so today's counts) and the metrics are
+    ///   built once on a blocking thread (one upstream client per worker),
+    ///   then stored in every worker and used by every request that starts
+    ///   afterwards; requests already running finish with the old one.
+    ///   `server.workers` takes a restart. The quota store (and so today's counts) and the metrics are
     ///   kept; a new store is made only when `[quota]` changed. A file that
     ///   does not load or build is logged and the old config stays.
     ///   `applied` is called with each config put in force (the host
     ///   applies what lives outside the gateway, such as the log level).
     /// * [`Signal::Terminate`]: `/readyz` answers 503 for
     ///   `server.drain_delay` while everything is still served, then the
-    ///   listener closes and open requests finish for up to
-    ///   `server.shutdown_grace`; then this returns.
+    ///   listeners close and open requests finish for up to
+    ///   `server.shutdown_grace`, on every worker; then this returns.
     /// * [`Signal::Interrupt`]: the same without the delay.
     ///
     /// The drain times are the config in force when the signal arrives.
+    ///
+    /// # Errors
+    /// A worker thread could not be started.
     pub async fn run(
         self,
-        listener: TcpListener,
+        listeners: Listeners,
         mut signals: mpsc::Receiver<Signal>,
         reloader: Reloader,
         applied: impl Fn(&Config) + Send + Sync + 'static,
-    ) {
+    ) -> std::io::Result<()> {
         let reloader = Arc::new(reloader);
         let applied = Arc::new(applied);
         let live = self.live.clone();
@@ -199,24 +233,33 @@ impl Gateway {
                 }
             }
         };
-        server::serve(self.live, listener, self.header_timeout, control).await;
+        server::serve_workers(self.live, listeners, self.header_timeout, control).await
     }
 }
 
-/// One reload: the config file again, the new state built off the serving
-/// path, then stored.
+/// One reload: the config file again, the new states (one per worker)
+/// built off the serving path, then stored.
 async fn reload(live: &Live, reloader: &Reloader, applied: &(dyn Fn(&Config) + Send + Sync)) {
-    let old = live.state.load();
+    let old = live.load(0);
+    let workers = live.workers();
     let built = reloader
         .reload(move |old_cfg, new_cfg| {
-            state(
+            if new_cfg.server.workers != workers {
+                tracing::warn!(
+                    running = workers,
+                    configured = new_cfg.server.workers,
+                    "server.workers changed: it takes a restart; still serving with the old count"
+                );
+            }
+            states(
                 new_cfg,
                 rebuild_grounding(&old.grounding, old_cfg, new_cfg)?,
+                workers,
             )
         })
         .await;
-    if let Some((state, cfg)) = built {
-        live.store(state);
+    if let Some((states, cfg)) = built {
+        live.store(states);
         applied(&cfg);
     }
 }

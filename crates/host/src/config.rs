@@ -173,6 +173,21 @@ pub struct ServerConfig {
     /// "`[server]`").
     #[serde(with = "units::duration")]
     pub header_read_timeout: Duration,
+    /// `serve`: how many threads accept and serve connections, each with
+    /// its own single-threaded runtime, listener (`SO_REUSEPORT`) and
+    /// upstream pool. Default: the cores this process may use
+    /// (`std::thread::available_parallelism`, which counts a cgroup CPU
+    /// quota); 1 to [`MAX_WORKERS`].
+    pub workers: usize,
+}
+
+/// The largest `server.workers`.
+pub const MAX_WORKERS: usize = 1024;
+
+/// The default `server.workers`: the cores this process may use.
+#[must_use]
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
 impl Default for ServerConfig {
@@ -183,6 +198,7 @@ impl Default for ServerConfig {
             drain_delay: Duration::ZERO,
             max_request_body: ByteSize(32 << 20),
             header_read_timeout: Duration::from_secs(10),
+            workers: default_workers(),
         }
     }
 }
@@ -688,6 +704,12 @@ impl Config {
             return Err(ConfigError::new(
                 "server.max_request_body",
                 "must be above 0",
+            ));
+        }
+        if !(1..=MAX_WORKERS).contains(&self.server.workers) {
+            return Err(ConfigError::new(
+                "server.workers",
+                format!("must be 1 to {MAX_WORKERS} (default: the number of cores)"),
             ));
         }
         if self.quota.store == StoreName::Redis {

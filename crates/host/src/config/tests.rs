@@ -18,6 +18,8 @@ fn empty_file_is_the_embedded_defaults() {
     assert_eq!(c.server.listen, "127.0.0.1:8080".parse().unwrap());
     assert_eq!(c.server.shutdown_grace, Duration::from_secs(30));
     assert_eq!(c.server.max_request_body, ByteSize(32 * 1024 * 1024));
+    assert_eq!(c.server.workers, default_workers());
+    assert!(c.server.workers >= 1);
     assert_eq!(c.upstream.base_url, "");
     assert_eq!(c.upstream.connect_timeout, Duration::from_secs(5));
     assert_eq!(c.upstream.headers_timeout, Duration::from_secs(120));
@@ -122,6 +124,10 @@ fn bad_values_are_named_on_one_line() {
             "server.max_request_body",
         ),
         ("[server]\nlisten = \"localhost\"\n", "server.listen"),
+        ("[server]\nworkers = 0\n", "server.workers"),
+        ("[server]\nworkers = 1025\n", "server.workers"),
+        ("[server]\nworkers = -1\n", "server.workers"),
+        ("[server]\nworkers = \"4\"\n", "server.workers"),
         (
             "[upstream]\nheaders_timeout = \"soon\"\n",
             "upstream.headers_timeout",
@@ -392,4 +398,14 @@ fn routes_and_tls_are_checked() {
     assert_eq!(cfg.upstream.retries, 3);
     assert_eq!(cfg.upstream.pool_idle_timeout, Duration::from_secs(4));
     assert!(cfg.routes[0].matches("shannon-7b") && !cfg.routes[0].matches("shannon"));
+}
+
+#[test]
+fn server_workers_takes_1_to_the_limit() {
+    for n in [1, 2, 7, MAX_WORKERS] {
+        let c = parse(&format!("[server]\nworkers = {n}\n")).unwrap();
+        assert_eq!(c.server.workers, n);
+    }
+    let e = parse("[server]\nworkers = 0\n").unwrap_err();
+    assert!(e.to_string().contains("must be 1 to 1024"), "{e}");
 }
