@@ -15,7 +15,9 @@
 //! * The upstream's response headers (hop-by-hop ones dropped) get the
 //!   exchange's edits; a whole body to rewrite is read until the exchange
 //!   has output (its end, or the cap), then sent with its length; any other
-//!   body goes through the exchange piece by piece ([`Exchanged`]).
+//!   body goes through the exchange piece by piece ([`Exchanged`]); either
+//!   is cut after `upstream.idle_timeout` without a piece (see
+//!   [`crate::body`]).
 //! * An upstream failure before the response headers is answered with the
 //!   exchange's 502/504; the client leaving drops the exchange (its
 //!   reserved search is released) and the upstream request.
@@ -36,7 +38,7 @@ use hyper::body::Incoming;
 
 use citestream_host::telemetry::{self, Instrument};
 
-use crate::body::{AnyBody, Exchanged, Flushes, full};
+use crate::body::{AnyBody, Exchanged, Flushes, IdleTimer, full, poll_upstream};
 use crate::upstream::{OutBody, Upstream, UpstreamFailure, json_response};
 
 /// What every request shares.
@@ -215,6 +217,7 @@ async fn respond(
     flushes: Option<Arc<Flushes>>,
 ) -> Response<AnyBody> {
     let (mut parts, mut body) = resp.into_parts();
+    let mut idle = IdleTimer::start(ex.idle_timeout());
     strip_hop_by_hop(&mut parts.headers);
     let head = ex
         .on_response_headers(parts.status.as_u16(), &parts.headers)
@@ -222,7 +225,8 @@ async fn respond(
     head.edits.apply(&mut parts.headers);
     if head.body != BodyPlan::Whole {
         let trailers = head.body == BodyPlan::Pass;
-        return Response::from_parts(parts, Exchanged::new(body, ex, trailers, flushes).boxed());
+        let body = Exchanged::new(body, ex, trailers, flushes, idle);
+        return Response::from_parts(parts, body.boxed());
     }
     // A whole body: read until the exchange has output.
     let mut ended = false;
@@ -231,7 +235,7 @@ async fn respond(
             Ok(Some(b)) => b,
             Ok(None) if ended => Bytes::new(), // an empty body
             Ok(None) => {
-                match body.frame().await {
+                match std::future::poll_fn(|cx| poll_upstream(&mut body, &mut idle, cx)).await {
                     Some(Ok(f)) => {
                         if let Ok(d) = f.into_data() {
                             ex.on_response_body(d, false);
@@ -253,7 +257,7 @@ async fn respond(
         };
         if !ended {
             // Over the cap: the rest passes through the exchange.
-            let rest = Exchanged::new(body, ex, false, flushes).after(first);
+            let rest = Exchanged::new(body, ex, false, flushes, idle).after(first);
             return Response::from_parts(parts, rest.boxed());
         }
         // The whole rewritten body (one piece, or a few when it was passed

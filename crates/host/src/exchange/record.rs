@@ -54,12 +54,12 @@ macro_rules! line {
     ($level:ident, $r:expr) => {
         tracing::$level!(
             target: "citestream::request",
-            request_id = %$r.request_id,
-            method = %$r.method,
-            path = %$r.path,
+            request_id = $r.request_id,
+            method = $r.method,
+            path = $r.path,
             endpoint = $r.endpoint,
             model = $r.model,
-            account = %$r.account,
+            account = $r.account,
             status = $r.status,
             search = $r.search,
             cache = $r.cache,
