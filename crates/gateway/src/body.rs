@@ -126,7 +126,10 @@ struct FlushWait {
 pub(crate) struct Exchanged {
     head: Option<Bytes>,
     upstream: AnyBody,
-    exchange: Exchange,
+    exchange: Box<Exchange>,
+    /// [`Exchange::passes`], and no head waiting (kept up to date after
+    /// every call into the exchange, which changes only through them).
+    passes: bool,
     finished: bool,
     error: Option<BoxError>,
     trailers: bool,
@@ -141,7 +144,7 @@ impl Exchanged {
     /// body's idle timer ([`IdleTimer::start`]).
     pub(crate) fn new(
         upstream: AnyBody,
-        exchange: Exchange,
+        exchange: Box<Exchange>,
         trailers: bool,
         flushes: Option<Arc<Flushes>>,
         idle: Option<IdleTimer>,
@@ -149,6 +152,7 @@ impl Exchanged {
         Exchanged {
             head: None,
             upstream,
+            passes: exchange.passes(),
             exchange,
             finished: false,
             error: None,
@@ -162,6 +166,7 @@ impl Exchanged {
     /// The same, with `head` sent first (output the exchange gave already).
     pub(crate) fn after(mut self, head: Bytes) -> Self {
         self.head = Some(head);
+        self.passes = false;
         self
     }
 }
@@ -175,13 +180,14 @@ impl Body for Exchanged {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        if this.head.is_some() {
-            return Poll::Ready(this.head.take().map(|h| Ok(Frame::data(h))));
-        }
         loop {
-            // (A body that passes holds nothing between pieces: the usual
-            // case is one check here.)
-            if !this.exchange.passes() {
+            // A body that passes holds nothing between pieces: the usual
+            // case is this one check (`passes` is false while a head is
+            // waiting and once the body finished).
+            if !this.passes {
+                if let Some(h) = this.head.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(h))));
+                }
                 match this.exchange.next_output() {
                     Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
                     Ok(None) => {}
@@ -190,36 +196,40 @@ impl Body for Exchanged {
                         return Poll::Ready(Some(Err(e.into())));
                     }
                 }
-            }
-            if this.finished {
-                if this.error.is_some() {
-                    ready!(this.poll_flushed(cx));
+                if this.finished {
+                    if this.error.is_some() {
+                        ready!(this.poll_flushed(cx));
+                    }
+                    return Poll::Ready(this.error.take().map(Err));
                 }
-                return Poll::Ready(this.error.take().map(Err));
             }
             match ready!(poll_upstream(&mut this.upstream, &mut this.idle, cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     // The per-piece path: the piece (or the rewriter's
                     // first output) goes out at once.
-                    Ok(data) => match this.exchange.on_response_piece(data) {
-                        Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
-                        Ok(None) => {}
-                        Err(e) => {
-                            this.finished = true;
-                            return Poll::Ready(Some(Err(e.into())));
+                    Ok(data) => {
+                        let first = this.exchange.on_response_piece(data);
+                        this.passes = this.exchange.passes();
+                        match first {
+                            Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                            Ok(None) => {}
+                            Err(e) => {
+                                this.finish();
+                                return Poll::Ready(Some(Err(e.into())));
+                            }
                         }
-                    },
+                    }
                     Err(trailers) if this.trailers => return Poll::Ready(Some(Ok(trailers))),
                     Err(_) => {}
                 },
                 Some(Err(e)) => {
                     this.exchange.on_broken(&e.to_string());
                     this.error = Some(e);
-                    this.finished = true;
+                    this.finish();
                 }
                 None => {
                     this.exchange.on_response_body(Bytes::new(), true);
-                    this.finished = true;
+                    this.finish();
                 }
             }
         }
@@ -231,6 +241,12 @@ impl Body for Exchanged {
 }
 
 impl Exchanged {
+    /// The upstream body is done with (ended, broken or undecodable).
+    fn finish(&mut self) {
+        self.finished = true;
+        self.passes = false;
+    }
+
     /// Ready once the client's socket was flushed after everything this
     /// body handed over, or the grace is over.
     fn poll_flushed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
@@ -433,7 +449,7 @@ mod tests {
     }
 
     /// An exchange whose upstream answered an SSE stream it passes.
-    async fn exchange() -> Exchange {
+    async fn exchange() -> Box<Exchange> {
         let cfg = Config::from_toml_with_env("", &|_| None).unwrap();
         let g = Arc::new(Grounding::new(&cfg).await.unwrap());
         let head = RequestHead::new(
@@ -447,7 +463,7 @@ mod tests {
         let mut h = http::HeaderMap::new();
         h.insert("content-type", "text/event-stream".parse().unwrap());
         assert_eq!(ex.on_response_headers(200, &h).await.body, BodyPlan::Pass);
-        ex
+        Box::new(ex)
     }
 
     async fn fed(limit: Duration) -> (mpsc::Sender<Bytes>, Exchanged) {

@@ -95,7 +95,9 @@ async fn exchange(
         headers: parts.headers,
         client,
     };
-    let mut ex = Exchange::new(state.grounding.clone(), head);
+    // Boxed: the exchange (about 1 KB) moves into the response body
+    // through several futures; a box moves as a pointer.
+    let mut ex = Box::new(Exchange::new(state.grounding.clone(), head));
     let (method, uri) = (parts.method, parts.uri);
     let (body, whole) = match ex.handling() {
         Handling::NotOurs => return reply(ex.not_found()),
@@ -212,7 +214,7 @@ fn failure_class(f: UpstreamFailure) -> (FailureClass, String) {
 
 /// The upstream's response, as the exchange decides.
 async fn respond(
-    mut ex: Exchange,
+    mut ex: Box<Exchange>,
     resp: Response<AnyBody>,
     flushes: Option<Arc<Flushes>>,
 ) -> Response<AnyBody> {
@@ -289,30 +291,36 @@ fn forward_headers(client: &HeaderMap) -> HeaderMap {
 /// Removes the hop-by-hop headers (RFC 9110 section 7.6.1), including the
 /// ones named in `connection`.
 fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in named {
-        h.remove(n);
+    if h.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .collect();
+        for n in named {
+            h.remove(n);
+        }
     }
-    for n in [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ] {
+    // Names, not strings: nothing to parse per request.
+    for n in &HOP_BY_HOP {
         h.remove(n);
     }
 }
+
+/// The hop-by-hop headers every hop removes.
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
 
 /// A reply the exchange made.
 fn reply(r: Reply) -> Response<AnyBody> {
