@@ -126,7 +126,7 @@ async fn exchange(
         }
         (None, None) => OutBody::Whole(Bytes::new()),
     };
-    fwd.edits.apply(&mut headers);
+    fwd.edits.apply_owned(&mut headers);
     let mut up = Request::new(up_body);
     *up.method_mut() = method;
     *up.uri_mut() = uri;
@@ -224,7 +224,7 @@ async fn respond(
     let head = ex
         .on_response_headers(parts.status.as_u16(), &parts.headers)
         .await;
-    head.edits.apply(&mut parts.headers);
+    head.edits.apply_owned(&mut parts.headers);
     if head.body != BodyPlan::Whole {
         let trailers = head.body == BodyPlan::Pass;
         let body = Exchanged::new(body, ex, trailers, flushes, idle);
@@ -325,7 +325,7 @@ static HOP_BY_HOP: [HeaderName; 9] = [
 /// A reply the exchange made.
 fn reply(r: Reply) -> Response<AnyBody> {
     let mut resp = json_response(r.status, r.body);
-    r.headers.apply(resp.headers_mut());
+    r.headers.apply_owned(resp.headers_mut());
     resp
 }
 
