@@ -23,6 +23,26 @@ What it does
     requests' resends are shown; every second request takes that path, as
     the one after a resend opens a new pooled connection). A binary
     without that resend answers 502 there: the row says so.
+* Tracing cases (`--cases traces-off,traces-up,traces-down`, none by
+  default): the `rewrite` request on the same binary with `log.otlp_endpoint`
+  unset (`traces-off`), set to a loopback OTLP/HTTP receiver this script
+  starts (`traces-up`: takes `POST /v1/traces`, answers 200, counts the
+  exports and their bytes, decodes nothing), or set to a loopback port
+  nothing listens on (`traces-down`: every export's connect is refused).
+  Each runs at every stream count of `--trace-streams` (default `1`):
+  that many kept-alive connections sending at once, `--requests` requests
+  in all (at least one per stream), each stream's pieces
+  max(`--trace-gap` (0.01), `--stream-gap` (0.003) x streams) seconds
+  apart, so that `serve` under valgrind reads them one by one even on a
+  loaded machine (at 100 streams 0.3 s: a request takes 21 s; reads
+  that coalesce make the count depend on the machine's load). The export thread sends every 5 s
+  (or per 512 spans): the script waits `--settle` seconds (default 6)
+  after the warm-up before zeroing the counts and again after the measured
+  requests before dumping them, in all three cases, so each window holds
+  the export of its own requests' spans. The ratios shown are to
+  `traces-off` of the same binary and stream count. `--split-threads`
+  has callgrind count each thread apart and shows the export thread's
+  share (the thread that ran `export_loop`).
 * The upstream is the end-to-end harness's replay upstream
   (tests/e2e/harness/replay.py), in this process, replaying `--fixture`
   (default `openai_gpt41nano_text_usage`, 304 events, 100 KB) in pieces of
@@ -51,6 +71,7 @@ What it does
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import json
 import re
@@ -58,7 +79,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,6 +97,7 @@ SOURCES = [{"title": "Lisbon - Wikipedia", "url": "https://en.wikipedia.org/wiki
             "text": "Lisbon is the capital and largest city of Portugal."}]
 CASES = ("pass-through", "rewrite", "resend")
 STALE = 'citestream_upstream_retries_total{reason="stale_connection"}'
+TRACE_CASES = ("traces-off", "traces-up", "traces-down")
 
 
 def body(model: str, search: bool) -> bytes:
@@ -98,6 +122,40 @@ def control(pid: int, command: str) -> None:
     subprocess.run(["callgrind_control", command, str(pid)], check=True, capture_output=True, timeout=120)
 
 
+def start_serve(binary: str, cfg: Path, case: str, tmp: Path,
+                threads: bool = False) -> tuple[subprocess.Popen, str, Path]:
+    """`serve` of `binary` on `cfg` under callgrind (`threads`: one dump
+    file per thread): the process, its URL, the dump file's stem."""
+    port = free_port()
+    out = tmp / f"callgrind.{case}.{time.monotonic_ns()}.out"
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        + (["--separate-threads=yes"] if threads else []) + [binary, "serve",
+         "--config", str(cfg), "--listen", f"127.0.0.1:{port}"],
+        stdin=subprocess.DEVNULL, stdout=open(tmp / "stdout", "ab"), stderr=open(tmp / "stderr", "ab"))
+    return proc, f"http://127.0.0.1:{port}", out
+
+
+def wait_ready(proc: subprocess.Popen, url: str, tmp: Path, args) -> None:
+    deadline = time.monotonic() + args.start_timeout
+    while http_status(url + "/readyz", 2.0) != 200:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"serve did not start: {(tmp / 'stderr').read_text(errors='replace')[-3000:]}")
+        time.sleep(0.5)
+
+
+def last_dump(out: Path, tmp: Path, args, kept: str) -> Path:
+    """The measured dump of the process that wrote `out` (kept in `--keep`
+    as `callgrind.{kept}.*.out`)."""
+    dumps = sorted(tmp.glob(out.name + ".*"), key=lambda f: f.stat().st_mtime)
+    if not dumps:
+        raise RuntimeError(f"callgrind wrote no dump next to {out}")
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(dumps[-1], args.keep / f"callgrind.{kept}.{time.monotonic_ns()}.out")
+    return dumps[-1]
+
+
 def run(binary: str, case: str, args, tmp: Path) -> tuple[int, int, int]:
     """(instructions, requests answered 200, stale resends) of `--requests`
     requests of `case` on one `serve` process, after `--warmup` ones."""
@@ -111,21 +169,11 @@ def run(binary: str, case: str, args, tmp: Path) -> tuple[int, int, int]:
         "search": {"provider": "static", "static": {"path": str(sources)}},
         "quota": {"store": "memory"},
     }))
-    port = free_port()
-    out = tmp / f"callgrind.{case}.{time.monotonic_ns()}.out"
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
-         "--config", str(cfg), "--listen", f"127.0.0.1:{port}"],
-        stdin=subprocess.DEVNULL, stdout=open(tmp / "stdout", "ab"), stderr=open(tmp / "stderr", "ab"))
-    url = f"http://127.0.0.1:{port}"
+    proc, url, out = start_serve(binary, cfg, case, tmp)
     ok = 0
     stale = [-1, -1]
     try:
-        deadline = time.monotonic() + args.start_timeout
-        while http_status(url + "/readyz", 2.0) != 200:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"serve did not start: {(tmp / 'stderr').read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
+        wait_ready(proc, url, tmp, args)
         model = f"replay:{args.fixture}?piece={args.piece}&gap={args.gap}"
         req = body(model, case != "pass-through")
         with httpx.Client(timeout=120) as client:
@@ -149,14 +197,148 @@ def run(binary: str, case: str, args, tmp: Path) -> tuple[int, int, int]:
     finally:
         stop_pid(proc, 120.0)
         replay.stop()
-    dumps = sorted(tmp.glob(out.name + ".*"), key=lambda f: f.stat().st_mtime)
-    if not dumps:
-        raise RuntimeError(f"callgrind wrote no dump next to {out}")
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        name = Path(binary).name
-        shutil.copy(dumps[-1], args.keep / f"callgrind.{name}.{case}.{time.monotonic_ns()}.out")
-    return total_instructions(dumps[-1]), ok, (stale[1] - stale[0]) if min(stale) >= 0 else -1
+    dump = last_dump(out, tmp, args, f"{Path(binary).name}.{case}")
+    return total_instructions(dump), ok, (stale[1] - stale[0]) if min(stale) >= 0 else -1
+
+
+class Receiver:
+    """A loopback OTLP/HTTP receiver: answers `POST /v1/traces` with 200
+    (anything else 404), counting the exports and their bytes; the body is
+    read, not decoded."""
+
+    def __init__(self) -> None:
+        self.exports = 0
+        self.bytes = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep the exporter's connection
+
+            def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+                n = len(self.rfile.read(int(self.headers.get("content-length", 0))))
+                ok = self.path == "/v1/traces"
+                if ok:
+                    receiver.exports += 1
+                    receiver.bytes += n
+                self.send_response(200 if ok else 404)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+async def send_streams(url: str, req: bytes, streams: int, total: int) -> int:
+    """`total` requests over `streams` kept-alive connections sending at
+    once (each its share one after another); how many answered 200."""
+    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+
+        async def one_stream(n: int) -> int:
+            ok = 0
+            for _ in range(n):
+                r = await client.post(url + CHAT, content=req, headers={"content-type": "application/json"})
+                ok += r.status_code == 200
+            return ok
+
+        shares = [total // streams + (i < total % streams) for i in range(streams)]
+        return sum(await asyncio.gather(*(one_stream(n) for n in shares if n)))
+
+
+def run_traces(binary: str, case: str, streams: int, args, tmp: Path) -> tuple[int, int, int, int, int]:
+    """(instructions, of them the export thread's (-1: not split), requests
+    answered 200, exports received, their bytes) of the measured requests
+    of a tracing case (see the module docs)."""
+    replay = ReplayServer().start()
+    replay.record = False
+    receiver = Receiver() if case == "traces-up" else None
+    sources = tmp / "sources.json"
+    sources.write_text(json.dumps(SOURCES))
+    cfg = {
+        "upstream": {"base_url": replay.url},
+        "search": {"provider": "static", "static": {"path": str(sources)}},
+        "quota": {"store": "memory"},
+    }
+    if case == "traces-up":
+        cfg["log"] = {"otlp_endpoint": receiver.endpoint}
+    elif case == "traces-down":
+        cfg["log"] = {"otlp_endpoint": f"http://127.0.0.1:{free_port()}"}  # bound and let go: refused
+    (tmp / "citestream.toml").write_text(toml_dumps(cfg))
+    proc, url, out = start_serve(binary, tmp / "citestream.toml", case, tmp, args.split_threads)
+    total = max(args.requests, streams)
+    ok, exports, sent = 0, 0, 0
+    try:
+        wait_ready(proc, url, tmp, args)
+        gap = max(args.trace_gap, args.stream_gap * streams)
+        model = f"replay:{args.fixture}?piece={args.piece}&gap={gap}"
+        req = body(model, True)
+        asyncio.run(send_streams(url, req, streams, max(args.warmup, streams)))
+        time.sleep(args.settle)
+        if receiver:
+            exports, sent = -receiver.exports, -receiver.bytes
+        control(proc.pid, "-z")
+        ok = asyncio.run(send_streams(url, req, streams, total))
+        time.sleep(args.settle)
+        control(proc.pid, "-d")
+        if receiver:
+            exports, sent = exports + receiver.exports, sent + receiver.bytes
+    finally:
+        stop_pid(proc, 120.0)
+        replay.stop()
+        if receiver:
+            receiver.stop()
+    if args.split_threads:
+        return (*per_thread(out, tmp), ok, exports, sent)
+    dump = last_dump(out, tmp, args, f"{Path(binary).name}.{case}.{streams}")
+    return total_instructions(dump), -1, ok, exports, sent
+
+
+def per_thread(out: Path, tmp: Path) -> tuple[int, int]:
+    """(all threads, the span export thread) of the measured dump written
+    with `--separate-threads=yes` (files `{out}.{dump}-{thread}`); the
+    export thread is the one that ran `export_loop`."""
+    files = [f for f in tmp.glob(out.name + ".*-*") if re.search(r"\.(\d+)-(\d+)$", f.name)]
+    if not files:
+        raise RuntimeError(f"callgrind wrote no per-thread dump next to {out}")
+    last = max(int(re.search(r"\.(\d+)-\d+$", f.name).group(1)) for f in files)
+    files = [f for f in files if int(re.search(r"\.(\d+)-\d+$", f.name).group(1)) == last]
+    export = sum(total_instructions(f) for f in files if "export_loop" in f.read_text(errors="replace"))
+    return sum(total_instructions(f) for f in files), export
+
+
+def trace_table(doc: dict) -> str:
+    """The markdown table of a run's tracing rows: instructions per
+    request, each against `traces-off` of the same binary and streams."""
+    rows = doc["trace_rows"]
+    off = {(r["binary"], r["streams"]): r for r in rows if r["case"] == "traces-off"}
+    out = [f"### `serve` instructions per request with traces off, on (collector up), on (collector down) "
+           f"(callgrind, {doc['date']})", "",
+           f"`rewrite` requests (`web_search: true`), fixture `{doc['fixture']}` ({doc['events']} events), "
+           f"{doc['piece']} B pieces (gap: max({doc['trace_gap']}, {doc['stream_gap']} x streams) s), every thread of `serve`; {doc['settle']} s settled before and after the "
+           f"counted requests; mean of {len(rows[0]['runs'])} processes (spread: (max - min) / mean).", "",
+           "| streams | case | binary | requests | instructions / request | spread | vs traces off "
+           "| of them the export thread | answered 200 | exports received (bytes) |",
+           "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["streams"], r["binary"], TRACE_CASES.index(r["case"]))):
+        b = off.get((r["binary"], r["streams"]))
+        ratio = f"{r['per_request'] / b['per_request']:.4f}" if b else "n/a"
+        got = f"{r['exports']} ({r['export_bytes']:,})" if r["case"] == "traces-up" else "—"
+        export = fmt(r["export_thread"]) if r.get("export_thread") is not None else "not split"
+        out.append(f"| {r['streams']} | {r['case']} | `{r['binary']}` | {r['requests']} | {fmt(r['per_request'])} "
+                   f"| {100 * r['spread']:.2f}% | {ratio} | {export} | {r['answered_200']}/{r['requests']} | {got} |")
+    return "\n".join(out)
 
 
 def events_of(fixture: str) -> int:
@@ -253,6 +435,15 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=0.005)
     ap.add_argument("--start-timeout", type=float, default=300.0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--trace-streams", default="1", metavar="N,N",
+                    help="stream counts of the tracing cases (e.g. 1,100)")
+    ap.add_argument("--trace-gap", type=float, default=0.01,
+                    help="a tracing case's pieces are max(this, --stream-gap x streams) seconds apart on each stream")
+    ap.add_argument("--stream-gap", type=float, default=0.003)
+    ap.add_argument("--split-threads", action="store_true",
+                    help="tracing cases: one dump per thread; the export thread's share is shown")
+    ap.add_argument("--settle", type=float, default=6.0,
+                    help="seconds waited before and after the counted requests of a tracing case")
     ap.add_argument("--keep", type=Path, metavar="DIR",
                     help="keep each measured callgrind dump there (for callgrind_annotate)")
     args = ap.parse_args()
@@ -268,8 +459,11 @@ def main() -> int:
     commits = dict(c.split("=", 1) for c in args.commit)
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
-        if c not in CASES:
-            ap.error(f"unknown case {c!r} (one of {', '.join(CASES)})")
+        if c not in CASES + TRACE_CASES:
+            ap.error(f"unknown case {c!r} (one of {', '.join(CASES + TRACE_CASES)})")
+    trace_cases = [c for c in cases if c in TRACE_CASES]
+    cases = [c for c in cases if c in CASES]
+    streams = [int(n) for n in args.trace_streams.split(",") if n]
     events = events_of(args.fixture)
     rows, failed = [], False
     for case in cases:
@@ -290,12 +484,38 @@ def main() -> int:
                   f"{answered}/{args.requests} answered 200, stale resends {stale}", file=sys.stderr)
             if answered != args.requests and not (case == "resend" and stale < 0):
                 failed = True
+    trace_rows = []
+    for n in streams if trace_cases else []:
+        for name, path in bins:
+            for case in trace_cases:
+                runs = []
+                for _ in range(args.repeat):
+                    with tempfile.TemporaryDirectory(prefix="bench-instr-") as d:
+                        runs.append(run_traces(path, case, n, args, Path(d)))
+                total = max(args.requests, n)
+                pers = [r[0] / total for r in runs]
+                per = sum(pers) / len(pers)
+                answered = min(r[2] for r in runs)
+                row = {"case": case, "binary": name, "streams": n, "requests": total, "answered_200": answered,
+                       "per_request": per, "runs": pers, "spread": (max(pers) - min(pers)) / per,
+                       "export_thread": (sum(r[1] for r in runs) / len(runs) / total) if runs[0][1] >= 0 else None,
+                       "exports": min(r[3] for r in runs), "export_bytes": min(r[4] for r in runs)}
+                trace_rows.append(row)
+                print(f"{case} x{n} {name}: {fmt(per)} per request (runs {', '.join(fmt(x) for x in pers)}), "
+                      f"{answered}/{total} answered 200, exports {row['exports']}", file=sys.stderr)
+                failed |= answered != total
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     doc = {"date": when, "commits": commits, "fixture": args.fixture, "events": events, "piece": args.piece,
            "requests": args.requests, "warmup": args.warmup, "rows": rows}
+    if trace_rows:
+        doc.update(trace_rows=trace_rows, settle=args.settle, trace_gap=args.trace_gap,
+                   stream_gap=args.stream_gap)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2))
-    print(table([doc]))
+    if rows:
+        print(table([doc]))
+    if trace_rows:
+        print(trace_table(doc))
     return 1 if failed else 0
 
 

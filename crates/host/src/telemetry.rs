@@ -24,7 +24,8 @@
 //!   dropped) under a short lock. The current span (the parent of
 //!   [`span`]) is a thread-local that [`Instrument::instrument`] and
 //!   [`Span::in_scope`] set while they run. One export thread takes the
-//!   queue every second (or at once when a batch of 512 is waiting),
+//!   queue every 5 seconds (the OpenTelemetry SDKs' default; or at once
+//!   when a batch of 512 is waiting), and at shutdown,
 //!   encodes the records as OTLP protobuf itself and posts them:
 //!   a collector that is down or slow never blocks nor fails a request,
 //!   and costs at most the dropped spans.
@@ -95,8 +96,10 @@ pub const QUEUE: usize = 4096;
 /// Spans per export request at most (the export thread wakes for a full
 /// one, else every [`DELAY`]).
 const BATCH: usize = 512;
-/// How long spans wait to fill a batch.
-const DELAY: Duration = Duration::from_secs(1);
+/// How long spans wait to fill a batch: the OpenTelemetry SDKs' default
+/// (`OTEL_BSP_SCHEDULE_DELAY`, 5,000 ms). An export's cost (an HTTP
+/// request) is shared by the requests of this long.
+const DELAY: Duration = Duration::from_secs(5);
 /// One export request's deadline (a slow collector costs dropped spans).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long [`Telemetry::shutdown`] waits for the last spans to go out.
@@ -334,6 +337,9 @@ struct Body {
     vals: [Val; KEYS],
     text: String,
     error: bool,
+    /// Nanoseconds since the Unix epoch, when the span's last moment was
+    /// read already ([`UpstreamSpan::first_byte`]); 0: when it is dropped.
+    end: u64,
 }
 
 impl Body {
@@ -374,13 +380,13 @@ impl Drop for Open {
         if !self.head.sampled {
             return;
         }
-        let end = now_nanos();
         let h = &mut self.head;
         let head = Head {
             state: h.state.take(),
             ..*h
         };
         let body = std::mem::take(self.body.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let end = if body.end == 0 { now_nanos() } else { body.end };
         self.queue.push(Ended { head, body, end });
     }
 }
@@ -711,7 +717,7 @@ impl Export {
 #[inline(never)] // its own frame, for callgrind's --toggle-collect
 fn export_loop(queue: &Queue, poster: &mut otlp::Poster) {
     let mut taken = Vec::new();
-    let (mut body, mut scratch) = (Vec::new(), Vec::new());
+    let mut body = Vec::new();
     loop {
         let stopping = {
             let mut q = queue.lock();
@@ -731,7 +737,7 @@ fn export_loop(queue: &Queue, poster: &mut otlp::Poster) {
             queue.stop.load(Ordering::Acquire)
         };
         for batch in taken.chunks(BATCH) {
-            otlp::encode(&mut body, &mut scratch, batch.iter());
+            otlp::encode(&mut body, batch);
             if let Err(e) = poster.post(bytes::Bytes::copy_from_slice(&body)) {
                 tracing::debug!(error = %e, "span export failed; spans dropped");
             }
@@ -877,10 +883,13 @@ pub fn record_reply(span: &Span, status: u16, search: Option<&HeaderValue>) {
 /// `citestream.first_byte_ms` (to the first body byte; absent when the
 /// body was empty or never came). An upstream failure, or a 5xx, marks it
 /// as an error.
+///
+/// The span's start is the moment the request went upstream: the
+/// durations are read against it, and the first byte's moment is the
+/// span's end (one clock read each).
 #[derive(Debug)]
 pub struct UpstreamSpan {
     span: Span,
-    sent: Instant,
 }
 
 impl UpstreamSpan {
@@ -901,23 +910,34 @@ impl UpstreamSpan {
         if let Some(s) = state {
             edits.set(TRACESTATE, s);
         }
-        Some(UpstreamSpan {
-            span,
-            sent: Instant::now(),
-        })
+        Some(UpstreamSpan { span })
+    }
+
+    /// Milliseconds from the span's start to `now` (nanoseconds since the
+    /// epoch; 0 when the clock went back).
+    fn ms_to(&self, now: u64) -> f64 {
+        let start = self.span.0.as_ref().map_or(now, |o| o.head.start);
+        #[allow(clippy::cast_precision_loss)] // below 2^53 ns: 104 days
+        let ns = now.saturating_sub(start) as f64;
+        ns / 1e6
     }
 
     /// The response head arrived with `status`.
     pub fn headers(&self, status: u16) {
-        self.span
-            .record_float(Key::HeadersMs, ms(self.sent.elapsed()));
+        let now = now_nanos();
+        self.span.record_float(Key::HeadersMs, self.ms_to(now));
         record_status(&self.span, status);
     }
 
-    /// The first byte of the response body arrived: the span ends.
+    /// The first byte of the response body arrived: the span ends (at
+    /// that moment).
     pub fn first_byte(self) {
-        self.span
-            .record_float(Key::FirstByteMs, ms(self.sent.elapsed()));
+        let now = now_nanos();
+        let ms = self.ms_to(now);
+        self.span.with_body(|b| {
+            b.vals[Key::FirstByteMs as usize] = Val::Float(ms);
+            b.end = now;
+        });
     }
 
     /// The upstream failed (no response, or its body broke off): the span
@@ -925,10 +945,6 @@ impl UpstreamSpan {
     pub fn failed(self) {
         self.span.record_error();
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 #[cfg(test)]

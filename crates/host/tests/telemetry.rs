@@ -197,3 +197,41 @@ fn request_span_is_a_server_span_with_the_status_recorded() {
         Some("POST")
     );
 }
+
+#[test]
+fn the_upstream_span_ends_at_its_first_byte_with_its_durations() {
+    let collector = Collector::start(Mode::Answer);
+    let (sub, tel) =
+        telemetry::subscriber(&log_config(&collector.endpoint()), None, std::io::sink).unwrap();
+    tracing::subscriber::with_default(sub, || {
+        let request =
+            telemetry::request_span("POST", "/v1/chat/completions", &http::HeaderMap::new());
+        request.in_scope(|| {
+            let upstream = UpstreamSpan::open(&mut HeaderEdits::default()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            upstream.headers(200);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            upstream.first_byte();
+        });
+        // The request span lives on; the upstream one ended at its first byte.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    });
+    tel.shutdown();
+    let spans = collector.wait_for(|s| s.len() >= 2);
+    let up = spans.iter().find(|s| s.name == "upstream").unwrap();
+    let ms = |k: &str| attr(up, k).unwrap().parse::<f64>().unwrap();
+    let (headers, first) = (ms("citestream.headers_ms"), ms("citestream.first_byte_ms"));
+    assert!(
+        headers >= 20.0 && first >= headers + 20.0,
+        "{headers} {first}"
+    );
+    assert_eq!(
+        attr(up, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    #[allow(clippy::cast_precision_loss)]
+    let lasted = (up.end_time_unix_nano - up.start_time_unix_nano) as f64 / 1e6;
+    assert!((lasted - first).abs() < 1e-3, "{lasted} {first}");
+    let request = spans.iter().find(|s| s.name == "request").unwrap();
+    assert!(request.end_time_unix_nano >= up.end_time_unix_nano + 150_000_000);
+}

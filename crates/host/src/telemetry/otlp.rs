@@ -8,8 +8,9 @@
 //!   (`service.name = "citestream"`) holding one `ScopeSpans` (scope
 //!   `citestream`) with the spans given, fields numbered as
 //!   opentelemetry/proto/trace/v1/trace.proto numbers them. Encoding is
-//!   one pass per span into a reused buffer: no message types, no
-//!   allocation per span or attribute. The unit tests decode the output
+//!   one pass into a reused buffer (each length written after its
+//!   message, in room left for it): no message types, no allocation per
+//!   span or attribute. The unit tests decode the output
 //!   with the official `opentelemetry-proto` types.
 //! * [`Poster`] sends a body to `{endpoint}/v1/traces` over HTTP/1.1
 //!   (hyper, as the gateway's upstream client), keeping the connection
@@ -99,15 +100,56 @@ impl Any<'_> {
     }
 }
 
+/// A `KeyValue`'s encoded length (without its own tag and length).
+fn key_value_len(key: &str, v: Any<'_>) -> usize {
+    len_field(key.len()) + len_field(v.len())
+}
+
 /// A `KeyValue` as field `field` of the message being written.
 fn key_value(out: &mut Vec<u8>, field: u8, key: &str, v: Any<'_>) {
     let any = v.len();
     tag(out, field, LEN);
-    varint(out, (len_field(key.len()) + len_field(any)) as u64);
+    varint(out, key_value_len(key, v) as u64);
     bytes_field(out, 1, key.as_bytes());
     tag(out, 2, LEN);
     varint(out, any as u64);
     v.write(out);
+}
+
+/// Starts a length-delimited field `field` at the end of `out`: its tag,
+/// then `room` bytes for its length, which [`close_field`] writes once
+/// the field's bytes follow.
+fn open_field(out: &mut Vec<u8>, field: u8, room: usize) -> (usize, usize) {
+    tag(out, field, LEN);
+    let at = out.len();
+    out.resize(at + room, 0);
+    (at, room)
+}
+
+/// Writes the length of the field [`open_field`] started, moving its
+/// bytes when the length takes fewer or more bytes than the room left.
+fn close_field(out: &mut Vec<u8>, (at, room): (usize, usize)) {
+    let mut n = (out.len() - at - room) as u64;
+    let mut buf = [0u8; 10];
+    let mut k = 0;
+    while n >= 0x80 {
+        #[allow(clippy::cast_possible_truncation)]
+        let low = n as u8;
+        buf[k] = low | 0x80;
+        n >>= 7;
+        k += 1;
+    }
+    #[allow(clippy::cast_possible_truncation)]
+    let last = n as u8;
+    buf[k] = last;
+    k += 1;
+    if k < room {
+        out.copy_within(at + room.., at + k);
+        out.truncate(out.len() - (room - k));
+    } else if k > room {
+        out.splice(at + room..at + room, std::iter::repeat_n(0, k - room));
+    }
+    out[at..at + k].copy_from_slice(&buf[..k]);
 }
 
 /// One `Span` message's fields into `out`.
@@ -151,43 +193,33 @@ fn span(out: &mut Vec<u8>, e: &Ended) {
 }
 
 /// The spans of one export, the request's body written into `out`
-/// (cleared first); `scratch` is a buffer kept between calls.
-pub(super) fn encode<'a>(
-    out: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
-    spans: impl Iterator<Item = &'a Ended>,
-) {
-    // The spans first (each: tag, length, fields), then the messages
-    // around them, whose lengths depend on theirs.
-    scratch.clear();
-    let mut one = Vec::with_capacity(512);
-    for e in spans {
-        one.clear();
-        span(&mut one, e);
-        bytes_field(scratch, 2, &one);
-    }
+/// (cleared first, its allocation reused) in one pass: each message's
+/// length is written after its bytes, in the room left for it (a span
+/// below 16 KiB, an export below 2 MiB fit; others move).
+pub(super) fn encode(out: &mut Vec<u8>, spans: &[Ended]) {
     const SERVICE: &str = "service.name";
     const NAME: &str = "citestream";
-    // Resource { attributes: [service.name] }
-    let kv = len_field(SERVICE.len()) + len_field(Any::Str(NAME).len());
-    let resource = len_field(kv);
-    // InstrumentationScope { name }
-    let scope = len_field(NAME.len());
-    let scope_spans = len_field(scope) + scratch.len();
-    let resource_spans = len_field(resource) + len_field(scope_spans);
     out.clear();
-    out.reserve(len_field(resource_spans));
-    tag(out, 1, LEN); // ExportTraceServiceRequest.resource_spans
-    varint(out, resource_spans as u64);
-    tag(out, 1, LEN); // ResourceSpans.resource
-    varint(out, resource as u64);
+    let resource_spans = open_field(out, 1, 3); // ExportTraceServiceRequest.resource_spans
+    // ResourceSpans.resource: Resource { attributes: [service.name] }
+    tag(out, 1, LEN);
+    varint(
+        out,
+        len_field(key_value_len(SERVICE, Any::Str(NAME))) as u64,
+    );
     key_value(out, 1, SERVICE, Any::Str(NAME));
-    tag(out, 2, LEN); // ResourceSpans.scope_spans
-    varint(out, scope_spans as u64);
-    tag(out, 1, LEN); // ScopeSpans.scope
-    varint(out, scope as u64);
+    let scope_spans = open_field(out, 2, 3); // ResourceSpans.scope_spans
+    // ScopeSpans.scope: InstrumentationScope { name }
+    tag(out, 1, LEN);
+    varint(out, len_field(NAME.len()) as u64);
     bytes_field(out, 1, NAME.as_bytes());
-    out.extend_from_slice(scratch); // ScopeSpans.spans
+    for e in spans {
+        let f = open_field(out, 2, 2); // ScopeSpans.spans
+        span(out, e);
+        close_field(out, f);
+    }
+    close_field(out, scope_spans);
+    close_field(out, resource_spans);
 }
 
 /// The HTTP side of the export: one connection to the collector, kept.
@@ -363,8 +395,8 @@ mod tests {
             ended("request", 0xb7ad_6b71_6920_3331, true),
             ended("auth", 0, false),
         ];
-        let (mut out, mut scratch) = (Vec::new(), Vec::new());
-        encode(&mut out, &mut scratch, spans.iter());
+        let mut out = Vec::new();
+        encode(&mut out, &spans);
         let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
         assert_eq!(req.resource_spans.len(), 1);
         let rs = &req.resource_spans[0];
@@ -414,8 +446,38 @@ mod tests {
         assert_eq!(a.flags, 0x101);
         assert_eq!(a.status, None);
         // No spans: still a well-formed request.
-        encode(&mut out, &mut scratch, std::iter::empty());
+        encode(&mut out, &[]);
         let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
         assert!(req.resource_spans[0].scope_spans[0].spans.is_empty());
+    }
+
+    #[test]
+    fn lengths_that_outgrow_their_room_still_decode() {
+        // Spans over 16 KiB (a length of 3 bytes in a room of 2) and an
+        // export over 2 MiB (4 bytes in a room of 3); and small ones.
+        for (n, text) in [(1, 10), (3, 20_000), (10, 300_000), (600, 30)] {
+            let path = "/".repeat(text);
+            let spans: Vec<Ended> = (0..n)
+                .map(|_| {
+                    let mut e = ended("request", 0, false);
+                    e.body.text = path.clone();
+                    e.body.vals[Key::Path as usize] = Val::Text(0, u32::try_from(text).unwrap());
+                    e
+                })
+                .collect();
+            let mut out = Vec::new();
+            encode(&mut out, &spans);
+            let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
+            let got = &req.resource_spans[0].scope_spans[0].spans;
+            assert_eq!(got.len(), n);
+            for s in got {
+                let p = s.attributes.iter().find(|kv| kv.key == "url.path").unwrap();
+                assert_eq!(
+                    p.value.clone().unwrap().value,
+                    Some(Value::StringValue(path.clone()))
+                );
+                assert_eq!(s.end_time_unix_nano, 1_700_000_000_123_456_789);
+            }
+        }
     }
 }
