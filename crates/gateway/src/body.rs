@@ -15,6 +15,16 @@
 //! reaches the client, then its response ends abnormally (no last chunk,
 //! or fewer bytes than its `content-length`). On HTTP/2 the break resets
 //! the stream at once (h2 offers no flush a body can wait for).
+//!
+//! `upstream.idle_timeout` ([`IdleTimer`], read by [`poll_upstream`]):
+//! when the upstream's body sends no frame (nor its end) for the limit
+//! since its response headers arrived or since its last frame, it is cut:
+//! the exchange is told ([`Exchange::on_broken`]), the client's response
+//! ends as broken as above (or, before a whole body was sent, is a 502),
+//! and dropping the upstream body closes the upstream connection. An
+//! active stream is never cut, however long it lasts. A frame costs one
+//! clock read; the timer is not touched while it is armed (it wakes the
+//! body's task when it fires) and is re-armed only then.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -28,6 +38,7 @@ use citestream_host::exchange::Exchange;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
+use tokio::time::{Instant, Sleep};
 
 /// The error type of every body.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -115,38 +126,47 @@ struct FlushWait {
 pub(crate) struct Exchanged {
     head: Option<Bytes>,
     upstream: AnyBody,
-    exchange: Exchange,
+    exchange: Box<Exchange>,
+    /// [`Exchange::passes`], and no head waiting (kept up to date after
+    /// every call into the exchange, which changes only through them).
+    passes: bool,
     finished: bool,
     error: Option<BoxError>,
     trailers: bool,
     flushes: Option<Arc<Flushes>>,
     wait: Option<FlushWait>,
+    idle: Option<IdleTimer>,
 }
 
 impl Exchanged {
     /// `trailers`: pass the upstream's trailers on; `flushes`: those of the
-    /// client's HTTP/1 connection (`None` on HTTP/2).
+    /// client's HTTP/1 connection (`None` on HTTP/2); `idle`: the upstream
+    /// body's idle timer ([`IdleTimer::start`]).
     pub(crate) fn new(
         upstream: AnyBody,
-        exchange: Exchange,
+        exchange: Box<Exchange>,
         trailers: bool,
         flushes: Option<Arc<Flushes>>,
+        idle: Option<IdleTimer>,
     ) -> Self {
         Exchanged {
             head: None,
             upstream,
+            passes: exchange.passes(),
             exchange,
             finished: false,
             error: None,
             trailers,
             flushes,
             wait: None,
+            idle,
         }
     }
 
     /// The same, with `head` sent first (output the exchange gave already).
     pub(crate) fn after(mut self, head: Bytes) -> Self {
         self.head = Some(head);
+        self.passes = false;
         self
     }
 }
@@ -160,13 +180,14 @@ impl Body for Exchanged {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        if let Some(h) = this.head.take() {
-            return Poll::Ready(Some(Ok(Frame::data(h))));
-        }
         loop {
-            // (A body that passes holds nothing between pieces: the usual
-            // case is one check here.)
-            if !this.exchange.passes() {
+            // A body that passes holds nothing between pieces: the usual
+            // case is this one check (`passes` is false while a head is
+            // waiting and once the body finished).
+            if !this.passes {
+                if let Some(h) = this.head.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(h))));
+                }
                 match this.exchange.next_output() {
                     Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
                     Ok(None) => {}
@@ -175,36 +196,40 @@ impl Body for Exchanged {
                         return Poll::Ready(Some(Err(e.into())));
                     }
                 }
-            }
-            if this.finished {
-                if this.error.is_some() {
-                    ready!(this.poll_flushed(cx));
+                if this.finished {
+                    if this.error.is_some() {
+                        ready!(this.poll_flushed(cx));
+                    }
+                    return Poll::Ready(this.error.take().map(Err));
                 }
-                return Poll::Ready(this.error.take().map(Err));
             }
-            match ready!(Pin::new(&mut this.upstream).poll_frame(cx)) {
+            match ready!(poll_upstream(&mut this.upstream, &mut this.idle, cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     // The per-piece path: the piece (or the rewriter's
                     // first output) goes out at once.
-                    Ok(data) => match this.exchange.on_response_piece(data) {
-                        Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
-                        Ok(None) => {}
-                        Err(e) => {
-                            this.finished = true;
-                            return Poll::Ready(Some(Err(e.into())));
+                    Ok(data) => {
+                        let first = this.exchange.on_response_piece(data);
+                        this.passes = this.exchange.passes();
+                        match first {
+                            Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                            Ok(None) => {}
+                            Err(e) => {
+                                this.finish();
+                                return Poll::Ready(Some(Err(e.into())));
+                            }
                         }
-                    },
+                    }
                     Err(trailers) if this.trailers => return Poll::Ready(Some(Ok(trailers))),
                     Err(_) => {}
                 },
                 Some(Err(e)) => {
                     this.exchange.on_broken(&e.to_string());
                     this.error = Some(e);
-                    this.finished = true;
+                    this.finish();
                 }
                 None => {
                     this.exchange.on_response_body(Bytes::new(), true);
-                    this.finished = true;
+                    this.finish();
                 }
             }
         }
@@ -216,6 +241,12 @@ impl Body for Exchanged {
 }
 
 impl Exchanged {
+    /// The upstream body is done with (ended, broken or undecodable).
+    fn finish(&mut self) {
+        self.finished = true;
+        self.passes = false;
+    }
+
     /// Ready once the client's socket was flushed after everything this
     /// body handed over, or the grace is over.
     fn poll_flushed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
@@ -230,6 +261,106 @@ impl Exchanged {
             return Poll::Ready(());
         }
         w.grace.as_mut().poll(cx)
+    }
+}
+
+/// The idle limit of one upstream body (see the module docs).
+///
+/// Per frame it only notes the time. The timer, armed for the limit after
+/// the start, is left alone while it is armed and the same task polls the
+/// body (it wakes that task when it fires); only when it has fired is it
+/// looked at: the body is cut if nothing came for the limit since the
+/// last frame, else the timer is re-armed for the last frame's time plus
+/// the limit.
+pub(crate) struct IdleTimer {
+    limit: Duration,
+    last: Instant,
+    timer: Pin<Box<Sleep>>,
+    /// The waker the armed timer holds (of the last poll that registered
+    /// it).
+    waker: Option<Waker>,
+}
+
+impl IdleTimer {
+    /// The timer of a body whose response headers just arrived; `None`
+    /// when `limit` is zero (no limit).
+    pub(crate) fn start(limit: Duration) -> Option<IdleTimer> {
+        if limit.is_zero() {
+            return None;
+        }
+        let last = Instant::now();
+        Some(IdleTimer {
+            limit,
+            last,
+            timer: Box::pin(tokio::time::sleep_until(last + limit)),
+            waker: None,
+        })
+    }
+
+    /// The body had nothing: ready once nothing came for the limit.
+    #[inline]
+    fn poll_silent(&mut self, cx: &mut Context<'_>) -> Poll<IdleTimeout> {
+        // Armed, and it will wake this task: nothing to do until it fires.
+        if !self.timer.is_elapsed() && self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            return Poll::Pending;
+        }
+        self.poll_timer(cx)
+    }
+
+    /// The timer fired, or another task polls: cut, or arm it again.
+    #[cold]
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Poll<IdleTimeout> {
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                match &mut self.waker {
+                    Some(w) => w.clone_from(cx.waker()),
+                    None => self.waker = Some(cx.waker().clone()),
+                }
+                return Poll::Pending;
+            }
+            let due = self.last + self.limit;
+            if Instant::now() >= due {
+                return Poll::Ready(IdleTimeout(self.limit));
+            }
+            self.timer.as_mut().reset(due);
+        }
+    }
+}
+
+/// The error of a body cut for idling.
+#[derive(Debug)]
+struct IdleTimeout(Duration);
+
+impl std::fmt::Display for IdleTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the upstream sent nothing for {:?}", self.0)
+    }
+}
+
+impl std::error::Error for IdleTimeout {}
+
+/// The upstream body's next frame, or the idle error once `idle`'s limit
+/// passed without one (then poll the body no more).
+#[inline]
+pub(crate) fn poll_upstream(
+    body: &mut AnyBody,
+    idle: &mut Option<IdleTimer>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    match Pin::new(body).poll_frame(cx) {
+        Poll::Ready(r) => {
+            if let Some(i) = idle {
+                i.last = Instant::now();
+            }
+            Poll::Ready(r)
+        }
+        Poll::Pending => match idle {
+            Some(i) => i
+                .poll_silent(cx)
+                .map(|e| Some(Err(Box::new(e) as BoxError))),
+            None => Poll::Pending,
+        },
     }
 }
 
@@ -276,5 +407,142 @@ impl Body for Paced {
 
     fn is_end_stream(&self) -> bool {
         self.events.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `upstream.idle_timeout` through the serve path's body: an upstream
+    //! body fed by the test, through a real exchange (a proxied stream).
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use citestream_host::config::Config;
+    use citestream_host::exchange::{BodyPlan, Exchange, RequestHead};
+    use citestream_host::grounding::Grounding;
+    use http_body::{Body, Frame};
+    use http_body_util::BodyExt;
+    use tokio::sync::mpsc;
+    use tokio::time::Instant;
+
+    use super::{BoxError, Exchanged, IdleTimer};
+
+    /// A body whose frames a test sends through a channel (ends when the
+    /// sender is dropped).
+    struct Fed(mpsc::Receiver<Bytes>);
+
+    impl Body for Fed {
+        type Data = Bytes;
+        type Error = BoxError;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            self.get_mut()
+                .0
+                .poll_recv(cx)
+                .map(|o| o.map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    /// An exchange whose upstream answered an SSE stream it passes.
+    async fn exchange() -> Box<Exchange> {
+        let cfg = Config::from_toml_with_env("", &|_| None).unwrap();
+        let g = Arc::new(Grounding::new(&cfg).await.unwrap());
+        let head = RequestHead::new(
+            http::Method::POST,
+            "/v1/chat/completions",
+            http::HeaderMap::new(),
+        );
+        let mut ex = Exchange::new(g, head);
+        let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        ex.on_request(Some(Bytes::from_static(body))).await.unwrap();
+        let mut h = http::HeaderMap::new();
+        h.insert("content-type", "text/event-stream".parse().unwrap());
+        assert_eq!(ex.on_response_headers(200, &h).await.body, BodyPlan::Pass);
+        Box::new(ex)
+    }
+
+    async fn fed(limit: Duration) -> (mpsc::Sender<Bytes>, Exchanged) {
+        let (tx, rx) = mpsc::channel(16);
+        let ex = exchange().await;
+        let idle = IdleTimer::start(limit);
+        (tx, Exchanged::new(Fed(rx).boxed(), ex, true, None, idle))
+    }
+
+    #[tokio::test]
+    async fn an_active_stream_longer_than_the_limit_is_never_cut() {
+        // Frames every 40 ms for 12 frames (about 4 limits): the timer
+        // fires several times and is re-armed each time.
+        let (tx, body) = fed(Duration::from_millis(120)).await;
+        let feeder = tokio::spawn(async move {
+            for i in 0..12u8 {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                tx.send(Bytes::from(vec![b'a' + i])).await.unwrap();
+            }
+        });
+        let got = body.collect().await.expect("not cut").to_bytes();
+        assert_eq!(&got[..], b"abcdefghijkl");
+        feeder.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_stream_silent_for_the_limit_is_cut() {
+        let limit = Duration::from_millis(150);
+        let (tx, mut body) = fed(limit).await;
+        tx.send(Bytes::from_static(b"one")).await.unwrap();
+        let f = body.frame().await.unwrap().unwrap();
+        assert_eq!(f.into_data().unwrap(), "one");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.send(Bytes::from_static(b"two")).await.unwrap();
+        let f = body.frame().await.unwrap().unwrap();
+        let last = Instant::now();
+        assert_eq!(f.into_data().unwrap(), "two");
+        // Then silence (the sender is kept: no end).
+        let r = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("cut within 10 s");
+        let e = r.unwrap().expect_err("an idle error");
+        assert!(e.to_string().contains("sent nothing"), "{e}");
+        assert!(
+            last.elapsed() >= limit,
+            "cut only after the limit of silence"
+        );
+        assert!(body.frame().await.is_none(), "then the body ends");
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn a_body_polled_by_another_task_still_gets_cut() {
+        // First polled with a waker that wakes nothing: the armed timer
+        // holds that one, so a poll from the real task must register again.
+        let (tx, mut body) = fed(Duration::from_millis(100)).await;
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(
+            std::pin::Pin::new(&mut body)
+                .poll_frame(&mut cx)
+                .is_pending()
+        );
+        let r = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("cut within 10 s");
+        assert!(r.unwrap().is_err());
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn no_limit_no_timer() {
+        assert!(IdleTimer::start(Duration::ZERO).is_none());
+        let (tx, rx) = mpsc::channel(1);
+        let body = Exchanged::new(Fed(rx).boxed(), exchange().await, true, None, None);
+        let reader = tokio::spawn(body.collect());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tx.send(Bytes::from_static(b"late")).await.unwrap();
+        drop(tx);
+        let got = reader.await.unwrap().expect("not cut").to_bytes();
+        assert_eq!(&got[..], b"late");
     }
 }

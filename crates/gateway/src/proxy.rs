@@ -15,7 +15,9 @@
 //! * The upstream's response headers (hop-by-hop ones dropped) get the
 //!   exchange's edits; a whole body to rewrite is read until the exchange
 //!   has output (its end, or the cap), then sent with its length; any other
-//!   body goes through the exchange piece by piece ([`Exchanged`]).
+//!   body goes through the exchange piece by piece ([`Exchanged`]); either
+//!   is cut after `upstream.idle_timeout` without a piece (see
+//!   [`crate::body`]).
 //! * An upstream failure before the response headers is answered with the
 //!   exchange's 502/504; the client leaving drops the exchange (its
 //!   reserved search is released) and the upstream request.
@@ -36,7 +38,7 @@ use hyper::body::Incoming;
 
 use citestream_host::telemetry::{self, Instrument};
 
-use crate::body::{AnyBody, Exchanged, Flushes, full};
+use crate::body::{AnyBody, Exchanged, Flushes, IdleTimer, full, poll_upstream};
 use crate::upstream::{OutBody, Upstream, UpstreamFailure, json_response};
 
 /// What every request shares.
@@ -93,7 +95,9 @@ async fn exchange(
         headers: parts.headers,
         client,
     };
-    let mut ex = Exchange::new(state.grounding.clone(), head);
+    // Boxed: the exchange (about 1 KB) moves into the response body
+    // through several futures; a box moves as a pointer.
+    let mut ex = Box::new(Exchange::new(state.grounding.clone(), head));
     let (method, uri) = (parts.method, parts.uri);
     let (body, whole) = match ex.handling() {
         Handling::NotOurs => return reply(ex.not_found()),
@@ -122,7 +126,7 @@ async fn exchange(
         }
         (None, None) => OutBody::Whole(Bytes::new()),
     };
-    fwd.edits.apply(&mut headers);
+    fwd.edits.apply_owned(&mut headers);
     let mut up = Request::new(up_body);
     *up.method_mut() = method;
     *up.uri_mut() = uri;
@@ -210,19 +214,21 @@ fn failure_class(f: UpstreamFailure) -> (FailureClass, String) {
 
 /// The upstream's response, as the exchange decides.
 async fn respond(
-    mut ex: Exchange,
+    mut ex: Box<Exchange>,
     resp: Response<AnyBody>,
     flushes: Option<Arc<Flushes>>,
 ) -> Response<AnyBody> {
     let (mut parts, mut body) = resp.into_parts();
+    let mut idle = IdleTimer::start(ex.idle_timeout());
     strip_hop_by_hop(&mut parts.headers);
     let head = ex
         .on_response_headers(parts.status.as_u16(), &parts.headers)
         .await;
-    head.edits.apply(&mut parts.headers);
+    head.edits.apply_owned(&mut parts.headers);
     if head.body != BodyPlan::Whole {
         let trailers = head.body == BodyPlan::Pass;
-        return Response::from_parts(parts, Exchanged::new(body, ex, trailers, flushes).boxed());
+        let body = Exchanged::new(body, ex, trailers, flushes, idle);
+        return Response::from_parts(parts, body.boxed());
     }
     // A whole body: read until the exchange has output.
     let mut ended = false;
@@ -231,7 +237,7 @@ async fn respond(
             Ok(Some(b)) => b,
             Ok(None) if ended => Bytes::new(), // an empty body
             Ok(None) => {
-                match body.frame().await {
+                match std::future::poll_fn(|cx| poll_upstream(&mut body, &mut idle, cx)).await {
                     Some(Ok(f)) => {
                         if let Ok(d) = f.into_data() {
                             ex.on_response_body(d, false);
@@ -253,7 +259,7 @@ async fn respond(
         };
         if !ended {
             // Over the cap: the rest passes through the exchange.
-            let rest = Exchanged::new(body, ex, false, flushes).after(first);
+            let rest = Exchanged::new(body, ex, false, flushes, idle).after(first);
             return Response::from_parts(parts, rest.boxed());
         }
         // The whole rewritten body (one piece, or a few when it was passed
@@ -285,35 +291,41 @@ fn forward_headers(client: &HeaderMap) -> HeaderMap {
 /// Removes the hop-by-hop headers (RFC 9110 section 7.6.1), including the
 /// ones named in `connection`.
 fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in named {
-        h.remove(n);
+    if h.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .collect();
+        for n in named {
+            h.remove(n);
+        }
     }
-    for n in [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ] {
+    // Names, not strings: nothing to parse per request.
+    for n in &HOP_BY_HOP {
         h.remove(n);
     }
 }
 
+/// The hop-by-hop headers every hop removes.
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
 /// A reply the exchange made.
 fn reply(r: Reply) -> Response<AnyBody> {
     let mut resp = json_response(r.status, r.body);
-    r.headers.apply(resp.headers_mut());
+    r.headers.apply_owned(resp.headers_mut());
     resp
 }
 

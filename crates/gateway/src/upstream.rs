@@ -55,13 +55,12 @@
 //!   `connect_timeout`): [`UpstreamFailure::Timeout`] (a 504); refused or
 //!   broken before the headers: [`UpstreamFailure::Unreachable`] (a 502).
 //! * A response body that sends nothing for `upstream.idle_timeout` is cut
-//!   ([`idle`]).
+//!   (by the body that reads it, [`crate::body`]).
 //! * Dropping the future returned by [`Upstream::send`] or the response
 //!   body cancels the upstream request (its connection is closed).
 
 mod conn;
 mod h1;
-mod idle;
 mod route;
 mod tunnel;
 
@@ -144,7 +143,6 @@ pub(crate) struct HttpUpstream {
     headers_timeout: Duration,
     /// How long a sent request may wait for a connection to take it.
     handoff_timeout: Duration,
-    idle_timeout: Duration,
     retries: u32,
     metrics: Arc<Metrics>,
 }
@@ -188,7 +186,6 @@ impl Upstream {
             routes,
             headers_timeout: up.headers_timeout,
             handoff_timeout: up.connect_timeout + HANDOFF_GRACE,
-            idle_timeout: up.idle_timeout,
             retries: up.retries,
             metrics,
         })))
@@ -457,15 +454,7 @@ impl HttpUpstream {
         B: http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static,
         B::Error: Into<crate::body::BoxError>,
     {
-        let limit = self.idle_timeout;
-        resp.map(|b| {
-            if limit.is_zero() {
-                b.map_err(Into::into).boxed()
-            } else {
-                // Over the upstream body itself: one layer, not three.
-                idle::Idle::new(b, limit).boxed()
-            }
-        })
+        resp.map(|b| b.map_err(Into::into).boxed())
     }
 }
 

@@ -420,6 +420,32 @@ async fn busy_answers_are_retried_once_and_retry_after_is_honoured() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_whole_body_is_a_502_after_the_idle_timeout() {
+    // A JSON answer to rewrite is held whole: silent before its end, the
+    // client gets the exchange's 502 (nothing was sent yet).
+    let up = Upstream::start().await;
+    up.reply(Reply::StallJson {
+        head: Bytes::from_static(b"{\"id\":\"c\",\"object\":\"chat.completion\","),
+    });
+    let (cfg, dir) = config_with(&up.url(), "idle_timeout = \"300ms\"\n", "");
+    let gw = start_gateway(&cfg, dir).await;
+    let t0 = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        post(&gw.url("/v1/chat/completions"), &[], &chat_body(false)),
+    )
+    .await;
+    let (s, h, b) = r.expect("answered within 10 s");
+    assert_eq!(s, 502, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(h["x-citestream-search"], "injected");
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    assert!(
+        up.wait_cancelled().await,
+        "the upstream connection was closed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_stream_is_cut_after_the_idle_timeout() {
     let up = Upstream::start().await;
     let head = Bytes::from_static(

@@ -64,13 +64,16 @@ pub struct Grounding {
     tls: Arc<rustls::ClientConfig>,
 }
 
-/// The size limits of `[server]` and `[rewrite]`.
+/// The size limits of `[server]` and `[rewrite]`, and the response
+/// body's idle limit.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
     /// `server.max_request_body`.
     pub(crate) max_request_body: u64,
     /// `rewrite.max_whole_body`.
     pub(crate) max_whole_body: usize,
+    /// `upstream.idle_timeout` (zero: none).
+    pub(crate) idle_timeout: std::time::Duration,
 }
 
 /// What the upstream gets for credentials (`[upstream]`, `auth.mode`).
@@ -206,6 +209,7 @@ impl Grounding {
             limits: Limits {
                 max_request_body: cfg.server.max_request_body.0,
                 max_whole_body: usize::try_from(cfg.rewrite.max_whole_body.0).unwrap_or(usize::MAX),
+                idle_timeout: cfg.upstream.idle_timeout,
             },
             keys,
             tls,

@@ -59,6 +59,8 @@ pub enum Reply {
     },
     /// 200 SSE: `head`, then nothing more until the connection closes.
     Stall { head: Bytes },
+    /// The same as a JSON body (`application/json`, no length).
+    StallJson { head: Bytes },
     /// 200 SSE: `head`, then `tail` after `release` is notified.
     Gate {
         head: Bytes,
@@ -151,6 +153,7 @@ async fn answer(
             .body(b)
             .unwrap()
     };
+    let json = matches!(reply, Reply::StallJson { .. });
     Ok(match reply {
         Reply::Json { status, body } => Response::builder()
             .status(status)
@@ -182,7 +185,7 @@ async fn answer(
             std::future::pending::<()>().await;
             unreachable!()
         }
-        Reply::Stall { head } => {
+        Reply::Stall { head } | Reply::StallJson { head } => {
             let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
             let st = state.clone();
             tokio::spawn(async move {
@@ -192,6 +195,10 @@ async fn answer(
             });
             let mut r = sse(StreamBody::new(tokio_stream(rx)).boxed());
             r.headers_mut().remove("content-length");
+            if json {
+                r.headers_mut()
+                    .insert("content-type", "application/json".parse().unwrap());
+            }
             r
         }
         Reply::Gate {

@@ -92,6 +92,17 @@ impl HeaderEdits {
             h.insert(n.clone(), v.clone());
         }
     }
+
+    /// [`HeaderEdits::apply`], consuming the edits: no name or value is
+    /// cloned (a host's per-request path).
+    pub fn apply_owned(self, h: &mut HeaderMap) {
+        for n in self.remove {
+            h.remove(n);
+        }
+        for (n, v) in self.set {
+            h.insert(n, v);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -114,9 +125,12 @@ mod tests {
         h.append(header::AUTHORIZATION, HeaderValue::from_static("Bearer a"));
         h.append(header::AUTHORIZATION, HeaderValue::from_static("Bearer b"));
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("9"));
+        let mut owned = h.clone();
         e.apply(&mut h);
         assert_eq!(h.get_all(header::AUTHORIZATION).iter().count(), 1);
         assert_eq!(h[header::AUTHORIZATION], "Bearer k");
         assert!(h.get(header::CONTENT_LENGTH).is_none());
+        e.apply_owned(&mut owned);
+        assert_eq!(owned, h, "the same either way");
     }
 }

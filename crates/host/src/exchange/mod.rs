@@ -450,6 +450,15 @@ impl Exchange {
         self.grounding.limits().max_request_body
     }
 
+    /// How long a started response body may send nothing
+    /// (`upstream.idle_timeout`; zero: no limit). A host that reads the
+    /// upstream's body cuts it after this long without a piece and ends
+    /// the client's response as broken ([`Exchange::on_broken`]).
+    #[must_use]
+    pub fn idle_timeout(&self) -> Duration {
+        self.grounding.limits().idle_timeout
+    }
+
     fn shape(&self) -> ErrorShape {
         self.endpoint()
             .map_or_else(|| ErrorShape::for_path(&self.path), ErrorShape::from)

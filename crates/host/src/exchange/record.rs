@@ -54,12 +54,12 @@ macro_rules! line {
     ($level:ident, $r:expr) => {
         tracing::$level!(
             target: "citestream::request",
-            request_id = %$r.request_id,
-            method = %$r.method,
-            path = %$r.path,
+            request_id = $r.request_id,
+            method = $r.method,
+            path = $r.path,
             endpoint = $r.endpoint,
             model = $r.model,
-            account = %$r.account,
+            account = $r.account,
             status = $r.status,
             search = $r.search,
             cache = $r.cache,
@@ -69,7 +69,9 @@ macro_rules! line {
             upstream_ms = $r.upstream_ms,
             duration_ms = $r.duration_ms,
             bytes = $r.bytes,
-            client = $r.client.map(tracing::field::display),
+            // Formatted once, recorded as one string (not piece by piece
+            // through the JSON writer).
+            client = $r.client.map(|c| c.to_string()).as_deref(),
             stream = $r.stream,
             outcome = $r.ending.as_str(),
             error = $r.error,
