@@ -460,9 +460,11 @@ impl<H: Handler> SseRewriter<H> {
             }
             self.fill_gathered();
         }
+        // The parser needs input: a piece it used up goes now, not when
+        // the next one comes (see `Parser::release_used`).
+        self.parser.release_used();
         let out = self.h.out();
         let b = out.flush_pop();
-        // The parser needs input: nothing to do until `feed`.
         self.idle = out.is_empty();
         b
     }
