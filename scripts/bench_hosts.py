@@ -37,8 +37,12 @@ medians over the repetitions:
   says which;
 * added latency per event p50/p99 at 1 and 50 paced streams: the peer's
   percentile minus the upstream read directly, in the same repetition;
-* RSS per open stream: the process tree's RSS with N streams held open after
-  their first event, minus before, over N (once per peer, after a warm-up).
+* RSS per open stream: the slope (least squares) of the process tree's RSS
+  over the number of streams held open (each past its first event), as they
+  are opened in steps of 100 up to 500 and held together; once per peer,
+  after a warm-up, in a process that never held that many before (see
+  `measure_rss`: `serve` at 7548cb2 gave 50.3–51.8 KiB over seven
+  processes, where (held − idle) / 100 moved by ~9 between runs).
 
 No figure is asserted; every baseline is measured in the same run. Bounded:
 fixed streams and events, a deadline on every load.
@@ -473,7 +477,7 @@ class Plan:
     paced_streams: int
     paced_events: int
     gap_us: int
-    rss_streams: int
+    rss_steps: tuple[int, ...]
 
 
 def measure_load(up: Upstream, peer: Peer, streams: int, events: int, gap_us: int,
@@ -494,19 +498,45 @@ def measure_load(up: Upstream, peer: Peer, streams: int, events: int, gap_us: in
     return got
 
 
-def measure_rss(up: Upstream, peer: Peer, n: int) -> float:
+def measure_rss(up: Upstream, peer: Peer, steps: tuple[int, ...]) -> float:
+    """KiB of RSS per open stream: streams are opened in `steps` (cumulative
+    counts) and held together; the process tree's RSS (the median of three
+    reads) is taken at each step; the result is the least-squares slope over
+    the steps.
+
+    Why a slope, not (held - idle) / N: what a process frees stays resident
+    (glibc keeps freed heap; it is not returned), so the first streams reuse
+    the pages the start-up, the warm-up and their own set-up left free, an
+    amount that varies with what ran before and with how the requests of a
+    step overlap in time (their transient allocations); one step of 100 over
+    idle moved by ~9 KiB per stream between runs. Past the first step every
+    further stream needs new pages: the slope leaves that offset out. It is
+    measured once, in a process that never held that many streams: a second
+    round in the same process reuses the first round's freed pages (a third
+    of the figure)."""
     up.job(2, 0, hold=True)
-    pids = peer.pids()
-    idle = rss_kib(pids)
-    _, failed, streams = run_load(peer.url, peer, n, 1, until_first=True, timeout=60)
-    time.sleep(0.2)
-    held = rss_kib(peer.pids())
+    held: list[Stream] = []
+    points: list[tuple[int, float]] = []
+    failed = 0
+    for n in steps:
+        _, f, streams = run_load(peer.url, peer, n - len(held), 1, until_first=True, timeout=60)
+        failed += f
+        held += streams
+        time.sleep(0.3)  # the last streams' first event written on
+        reads = []
+        for _ in range(3):
+            reads.append(rss_kib(peer.pids()))
+            time.sleep(0.05)
+        points.append((n, statistics.median(reads)))
     up.control("/_bench/release")
-    for s in streams:
+    for s in held:
         s.sock.close()
     if failed:
-        print(f"note: {peer.name}: {failed} of {n} held streams failed", file=sys.stderr)
-    return (held - idle) / n
+        print(f"note: {peer.name}: {failed} of {steps[-1]} held streams failed", file=sys.stderr)
+    mx = statistics.mean(n for n, _ in points)
+    my = statistics.mean(r for _, r in points)
+    return (sum((n - mx) * (r - my) for n, r in points)
+            / sum((n - mx) ** 2 for n, _ in points))
 
 
 def run(plan: Plan, peers: list[Peer], up: Upstream, tmp: Path, use_perf: bool) -> dict:
@@ -522,7 +552,7 @@ def run(plan: Plan, peers: list[Peer], up: Upstream, tmp: Path, use_perf: bool) 
     for p in peers:  # warm-up (connection pools, lazy set-up), then RSS in a fresh-ish process
         up.job(20, 0)
         run_load(p.url, p, 2, 20)
-        note(p.name, "rss", measure_rss(up, p, plan.rss_streams))
+        note(p.name, "rss", measure_rss(up, p, plan.rss_steps))
     for rep in range(plan.reps):
         k = rep % len(peers)
         order = [direct] + peers[k:] + peers[:k]
@@ -588,7 +618,7 @@ def report(plan: Plan, peers: list[Peer], res: dict, use_perf: bool, notes: list
         f"Medians of {plan.reps} interleaved repetitions. Unpaced: 1 stream x {plan.unpaced_events:,} events; "
         f"paced: {plan.paced_streams} streams x {plan.paced_events} events, {gap:g} ms apart (latency also at "
         f"1 stream x {plan.paced1_events}); 226-byte events. Syscalls and context switches: {src}. "
-        f"RSS: {plan.rss_streams} streams held open. Every peer runs one worker "
+        f"RSS: slope over {', '.join(map(str, plan.rss_steps))} streams held open. Every peer runs one worker "
         "(`citestream serve`: `server.workers = 1`).",
         "",
         "| host | CPU µs/event unpaced | CPU µs/event paced | syscalls/event unpaced / paced "
@@ -665,10 +695,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         plan = Plan(reps=1, unpaced_events=300, paced1_events=20, paced_streams=5, paced_events=10, gap_us=2000,
-                    rss_streams=5)
+                    rss_steps=(5, 10, 15))
     else:
         plan = Plan(reps=5, unpaced_events=5000, paced1_events=500, paced_streams=50, paced_events=100,
-                    gap_us=2000, rss_streams=100)
+                    gap_us=2000, rss_steps=(100, 200, 300, 400, 500))
     plan.reps = args.reps or plan.reps
     bin_, noop, notes = build(args)
     os.environ["CITESTREAM_BIN"] = str(Path(bin_).resolve())

@@ -55,7 +55,11 @@
 //! (no event end in the head, a miss, over a limit) the piece is queued
 //! after the tail and the parser goes on as if nothing had been held; at
 //! `finish` a held tail is the parser's as well. Memory: one tail (a slice
-//! of the last piece) and the buffer, at most one event.
+//! of the last piece) and the buffer, at most one event. A piece used up
+//! on an event boundary is let go as soon as `next_output` runs out of
+//! input (`Parser::release_used`): between pieces the rewriter holds no
+//! reference to it, so the buffer it was read into (hyper's connection
+//! read buffer) can be reused rather than left shared.
 //!
 //! A split CRLF (`\r` ending one piece, `\n` starting the next) after an
 //! event the handler re-framed with LF line ends is the one case where a
@@ -460,9 +464,11 @@ impl<H: Handler> SseRewriter<H> {
             }
             self.fill_gathered();
         }
+        // The parser needs input: a piece it used up goes now, not when
+        // the next one comes (see `Parser::release_used`).
+        self.parser.release_used();
         let out = self.h.out();
         let b = out.flush_pop();
-        // The parser needs input: nothing to do until `feed`.
         self.idle = out.is_empty();
         b
     }

@@ -430,6 +430,29 @@ impl Parser {
         (rest, &self.cur)
     }
 
+    /// Lets go of the current piece when it is used up on a block boundary
+    /// with nothing queued and nothing held (what [`queue_piece`](Self::queue_piece)
+    /// would replace with the next piece): the parser then keeps no
+    /// reference to it between pieces, so the buffer the piece is a slice
+    /// of (a connection's read buffer) can be reused by its owner instead
+    /// of being left shared. The state is the one [`skip`](Self::skip)
+    /// leaves at the end of a piece.
+    #[inline]
+    pub(crate) fn release_used(&mut self) {
+        let st = &self.st;
+        if !self.cur.is_empty()
+            && st.pos == st.start
+            && st.used_up(self.cur.len())
+            && st.line_start == 0
+            && !st.unclean()
+            && st.joined.is_empty()
+        {
+            self.cur = Bytes::new();
+            self.st.pos = 0;
+            self.st.start = 0;
+        }
+    }
+
     /// Whether pieces are queued after the current one.
     #[inline]
     pub(crate) fn has_queued(&self) -> bool {

@@ -67,7 +67,12 @@ pub(crate) async fn handle(
         return Ok(r);
     }
     let span = telemetry::request_span(req.method().as_str(), req.uri().path(), req.headers());
-    let resp = exchange(state, req, client, flushes)
+    // Boxed: hyper keeps this future in a box of its size for the whole
+    // connection (its `in_flight` slot, made when the connection opens),
+    // so inline the exchange's future (about 6 KB) would stay allocated
+    // while the response streams and while the connection idles; boxed,
+    // it is freed once the response head is handed over.
+    let resp = Box::pin(exchange(state, req, client, flushes))
         .instrument(span.clone())
         .await;
     let search = resp.headers().get("x-citestream-search");

@@ -425,3 +425,41 @@ fn chat_straddling_events_give_the_parsed_output() {
         assert!(taken >= least, "pieces of {size}: {taken} taken");
     }
 }
+
+/// Between pieces the rewriter keeps no reference to a piece used up on
+/// an event boundary (its owner, a connection's read buffer, can reuse it
+/// at once); a piece whose last event is cut still goes out whole once the
+/// next piece ends that event.
+#[test]
+fn a_piece_used_up_on_an_event_boundary_is_let_go() {
+    for fast in [false, true] {
+        let mut r = echo_with(DEFAULT_MAX_EVENT_SIZE, fast, true);
+        for text in [
+            &b"data: x\n\ndata: b\n\n"[..],
+            b"data: a\n\n",
+            b"data: a\n\ndata: a\n\n",
+            b": c\n\n",
+        ] {
+            let piece = Bytes::from(text.to_vec());
+            r.feed(piece.clone());
+            let out = drain(&mut r).concat();
+            let want = if text.starts_with(b"data: x") {
+                &b"data: y\n\ndata: b\n\n"[..]
+            } else {
+                text
+            };
+            assert_eq!(out, want, "fast {fast}");
+            assert!(
+                piece.is_unique(),
+                "fast {fast}: the rewriter still holds {text:?}"
+            );
+        }
+        let cut = Bytes::from(b"data: a\n\ndata: b".to_vec());
+        r.feed(cut.clone());
+        let mut out = drain(&mut r).concat();
+        r.feed(Bytes::from_static(b"\n\ndata: a\n\n"));
+        out.extend(drain(&mut r).concat());
+        assert_eq!(out, b"data: a\n\ndata: b\n\ndata: a\n\n", "fast {fast}");
+        assert!(cut.is_unique(), "fast {fast}: the cut piece is still held");
+    }
+}
