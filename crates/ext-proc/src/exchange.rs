@@ -9,7 +9,8 @@
 //! request_body    ─► (BUFFERED) on_request(body): 400/401/413 as an immediate response,
 //!                    else the new body + the exchange's header edits
 //! response_headers ► on_response_headers(status, headers): its edits
-//! response_body   ─► on_response_body + next_output, packed by crate::response
+//! response_body   ─► on_response_piece (the end: on_response_body) + next_output,
+//!                    packed by crate::response
 //!                    (STREAMED or FULL_DUPLEX_STREAMED)
 //! trailers        ─► unchanged (FULL_DUPLEX: the body ends first)
 //! ```
@@ -263,8 +264,16 @@ impl Session {
         let Some(ex) = self.live() else {
             return response::answer(mode, piece, None, end);
         };
-        ex.on_response_body(piece.clone(), end);
-        match drain(ex, &piece) {
+        // A piece that does not end the body takes the exchange's
+        // per-piece call (its first output handed back at once, nothing
+        // queued); the end takes the general one.
+        let first = if end {
+            ex.on_response_body(piece.clone(), true);
+            ex.next_output()
+        } else {
+            ex.on_response_piece(piece.clone())
+        };
+        match first.and_then(|first| drain(ex, first, &piece)) {
             Ok(out) => response::answer(mode, piece, out, end),
             Err(_) => Some(broken()),
         }
@@ -274,7 +283,10 @@ impl Session {
         let mode = self.mode;
         let ex = self.live()?;
         ex.on_response_body(Bytes::new(), true);
-        match drain(ex, &Bytes::new()) {
+        match ex
+            .next_output()
+            .and_then(|first| drain(ex, first, &Bytes::new()))
+        {
             Ok(rest) => response::rest_before_trailers(mode, rest.unwrap_or_default()),
             Err(_) => Some(broken()),
         }
@@ -291,11 +303,16 @@ pub(crate) fn waits(msg: &ProcessingRequest) -> bool {
     )
 }
 
-/// Everything the exchange has to send now, as one piece; `None` when it
-/// is `piece` itself (unchanged). A lone output is handed on as it is;
-/// only several are copied, into one.
-fn drain(ex: &mut Exchange, piece: &Bytes) -> Result<Option<Bytes>, BodyError> {
-    let Some(first) = ex.next_output()? else {
+/// Everything the exchange has to send now, as one piece, given its first
+/// output `first` (`None`: it has nothing); `None` when it is `piece`
+/// itself (unchanged). A lone output is handed on as it is; only several
+/// are copied, into one.
+fn drain(
+    ex: &mut Exchange,
+    first: Option<Bytes>,
+    piece: &Bytes,
+) -> Result<Option<Bytes>, BodyError> {
+    let Some(first) = first else {
         return Ok(Some(Bytes::new()));
     };
     let Some(second) = ex.next_output()? else {

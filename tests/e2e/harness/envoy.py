@@ -112,12 +112,13 @@ class ExtProc(_Proc):
     """One running `citestream ext-proc`."""
 
     @classmethod
-    def start(cls, config: dict | str, *, env: dict | None = None, timeout: float = 30.0) -> "ExtProc":
+    def start(cls, config: dict | str, *, env: dict | None = None, timeout: float = 30.0,
+              bin: str | None = None) -> "ExtProc":
         port, metrics_port = free_port(), free_port()
         tmp = Path(tempfile.mkdtemp(prefix="citestream-ext-proc-"))
         cfg = tmp / "citestream.toml"
         cfg.write_text(config if isinstance(config, str) else toml_dumps(config))
-        proc, tmp = _spawn([citestream_bin(), "ext-proc", "--config", str(cfg), "--listen", f"127.0.0.1:{port}",
+        proc, tmp = _spawn([bin or citestream_bin(), "ext-proc", "--config", str(cfg), "--listen", f"127.0.0.1:{port}",
                             "--metrics-listen", f"127.0.0.1:{metrics_port}"],
                            "citestream-ext-proc-", env)
         p = cls(proc, port, tmp)
