@@ -389,7 +389,8 @@ impl HttpUpstream {
                 failure,
                 stale: false,
             })) => Err(Attempt::Failed(failure)),
-            Ok(Ok(resp)) => Ok(self.respond(resp)),
+            // `Driven`'s errors are boxed already: no `MapErr` layer.
+            Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
         }
     }
 
@@ -442,19 +443,11 @@ impl HttpUpstream {
             },
         };
         match res {
-            Ok(resp) => Ok(self.respond(resp)),
+            Ok(resp) => Ok(resp.map(|b| b.map_err(Into::into).boxed())),
             Err(e) if conn::is_stale(&e, sent) => Err(Attempt::Stale(classify(&e))),
             Err(e) if e.is_connect() => Err(Attempt::Connect(classify(&e))),
             Err(e) => Err(Attempt::Failed(classify(&e))),
         }
-    }
-
-    fn respond<B>(&self, resp: Response<B>) -> Response<AnyBody>
-    where
-        B: http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static,
-        B::Error: Into<crate::body::BoxError>,
-    {
-        resp.map(|b| b.map_err(Into::into).boxed())
     }
 }
 
