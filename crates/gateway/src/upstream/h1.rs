@@ -40,8 +40,9 @@
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -268,19 +269,86 @@ impl H1Pool {
         })?;
         let host = host.clone();
         let pool = self.clone();
-        Ok(resp.map(|body| Driven {
-            body,
-            conn: (!closed).then_some(c),
-            pool,
-            host,
-            ended: false,
-        }))
+        Ok(resp.map(|body| Driven::new(body, (!closed).then_some(c), pool, host)))
     }
 }
+
+/// The waker the connection and its body channel are polled with inside
+/// [`Driven::poll_frame`]: a wake while that poll runs (hyper's body
+/// channel wakes its other end as a chunk is put in or taken out, both in
+/// this very poll) is only noted, and the poll looks again; one from
+/// outside it (the upstream socket became readable) wakes the request's
+/// task. Without it every piece would wake the task from inside its own
+/// poll and hyper's server would poll the whole connection again for
+/// nothing.
+#[derive(Debug, Default)]
+struct Relay {
+    /// [`POLLING`] and [`NOTED`].
+    state: AtomicU8,
+    /// The request's task, as of the body's last poll.
+    task: Mutex<Option<Waker>>,
+}
+
+/// [`Relay::state`]: the body is being polled.
+const POLLING: u8 = 1;
+/// [`Relay::state`]: woken since the poll began.
+const NOTED: u8 = 2;
+
+impl Relay {
+    fn task(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+        self.task.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The body's poll begins, for the task of `cx`.
+    fn begin(&self, cx: &Context<'_>) {
+        {
+            let mut t = self.task();
+            if !t.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *t = Some(cx.waker().clone());
+            }
+        }
+        self.state.store(POLLING, Ordering::SeqCst);
+    }
+
+    /// The body's poll ends: whether a wake came while it ran.
+    fn end(&self) -> bool {
+        self.state.swap(0, Ordering::SeqCst) & NOTED != 0
+    }
+}
+
+impl Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // One atomic step: a wake either lands inside a poll (which then
+        // sees it at its end) or wakes the task.
+        if self.state.fetch_or(NOTED, Ordering::SeqCst) & POLLING == 0
+            && let Some(w) = self.task().as_ref()
+        {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// How many times one poll of [`Driven`] looks again after wakes from
+/// inside it before it leaves the rest to its task (hyper's connection
+/// yields by waking itself after 16 turns of its loop: this bounds that).
+const ROUNDS: usize = 4;
 
 /// The response body of a plain-HTTP/1 upstream, which drives its
 /// connection (see the module doc).
 pub(crate) struct Driven {
+    io: Io,
+    relay: Arc<Relay>,
+    /// `relay` as a waker (made once: the wakers hyper and tokio keep are
+    /// then this one, not clones).
+    waker: Waker,
+}
+
+/// What [`Driven`] polls.
+struct Io {
     body: Incoming,
     /// Until the body ends or the connection closes.
     conn: Option<Conn>,
@@ -290,6 +358,23 @@ pub(crate) struct Driven {
 }
 
 impl Driven {
+    fn new(body: Incoming, conn: Option<Conn>, pool: H1Pool, host: Authority) -> Driven {
+        let relay = Arc::new(Relay::default());
+        Driven {
+            io: Io {
+                body,
+                conn,
+                pool,
+                host,
+                ended: false,
+            },
+            waker: Waker::from(relay.clone()),
+            relay,
+        }
+    }
+}
+
+impl Io {
     /// The body ended: its connection goes back to the pool if it can take
     /// another request.
     fn end(&mut self, cx: &mut Context<'_>) {
@@ -298,6 +383,39 @@ impl Driven {
             && c.reusable(cx)
         {
             self.pool.checkin(self.host.clone(), c);
+        }
+    }
+
+    /// One look: the connection reads and decodes what has arrived (at most
+    /// one chunk fits hyper's body channel), then the channel is read.
+    fn look(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(c) = self.conn.as_mut()
+            && Pin::new(&mut c.conn).poll(cx).is_ready()
+        {
+            // Closed or failed: the body's channel has its end or error.
+            self.conn = None;
+        }
+        match Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => Poll::Ready(Some(Ok(f))),
+            Poll::Ready(Some(Err(e))) => {
+                self.ended = true;
+                self.conn = None;
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(None) => {
+                self.end(cx);
+                Poll::Ready(None)
+            }
+            Poll::Pending if self.conn.is_none() => {
+                // The connection is over and left the body unfinished
+                // (hyper ends or fails a body before its connection ends;
+                // this is a guard against waiting forever).
+                self.ended = true;
+                Poll::Ready(Some(Err(
+                    "the upstream connection closed before the body's end".into(),
+                )))
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -311,59 +429,39 @@ impl Body for Driven {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        if this.ended {
+        if this.io.ended {
             return Poll::Ready(None);
         }
-        let mut drove = false;
-        loop {
-            match Pin::new(&mut this.body).poll_frame(cx) {
-                Poll::Ready(Some(Ok(f))) => return Poll::Ready(Some(Ok(f))),
-                Poll::Ready(Some(Err(e))) => {
-                    this.ended = true;
-                    this.conn = None;
-                    return Poll::Ready(Some(Err(e.into())));
-                }
-                Poll::Ready(None) => {
-                    this.end(cx);
-                    return Poll::Ready(None);
-                }
-                Poll::Pending => {}
+        let mut inner = Context::from_waker(&this.waker);
+        for _ in 0..ROUNDS {
+            this.relay.begin(cx);
+            let got = this.io.look(&mut inner);
+            // Wakes from inside a poll that gave a frame are dropped: the
+            // server polls again for the next one, and that poll looks at
+            // the connection first.
+            if this.relay.end() && got.is_pending() {
+                continue;
             }
-            let Some(c) = this.conn.as_mut() else {
-                // The connection is over and left the body unfinished
-                // (hyper ends or fails a body before its connection ends;
-                // this is a guard against waiting forever).
-                this.ended = true;
-                return Poll::Ready(Some(Err(
-                    "the upstream connection closed before the body's end".into(),
-                )));
-            };
-            if drove {
-                // The connection is waiting for its socket.
-                return Poll::Pending;
-            }
-            drove = true;
-            // Read and decode what has arrived; then one more look at the
-            // body.
-            if Pin::new(&mut c.conn).poll(cx).is_ready() {
-                this.conn = None;
-            }
+            return got;
         }
+        // Still woken from inside: leave the next look to the task.
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.body.is_end_stream()
+        self.io.ended || self.io.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.io.body.size_hint()
     }
 }
 
-impl Drop for Driven {
+impl Drop for Io {
     fn drop(&mut self) {
         if self.conn.is_some() && !self.ended && self.body.is_end_stream() {
-            self.end(&mut Context::from_waker(std::task::Waker::noop()));
+            self.end(&mut Context::from_waker(Waker::noop()));
         }
     }
 }
