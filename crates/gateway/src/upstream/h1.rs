@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::uri::Authority;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
@@ -299,20 +299,28 @@ impl Relay {
         self.task.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The body's poll begins, for the task of `cx`.
-    fn begin(&self, cx: &Context<'_>) {
-        {
-            let mut t = self.task();
-            if !t.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *t = Some(cx.waker().clone());
-            }
+    /// Wakes from outside a poll go to the task of `cx` from now on.
+    fn register(&self, cx: &Context<'_>) {
+        let mut t = self.task();
+        if !t.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *t = Some(cx.waker().clone());
         }
+    }
+
+    /// Whether anything woke the relay since the last [`Relay::end`].
+    fn woken(&self) -> bool {
+        self.state.load(Ordering::SeqCst) & NOTED != 0
+    }
+
+    /// One look begins: wakes are noted from now on.
+    fn begin(&self) {
         self.state.store(POLLING, Ordering::SeqCst);
     }
 
-    /// The body's poll ends: whether a wake came while it ran.
+    /// The look ends: whether a wake came while it ran (a later one wakes
+    /// the task).
     fn end(&self) -> bool {
-        self.state.swap(0, Ordering::SeqCst) & NOTED != 0
+        self.state.fetch_and(!POLLING, Ordering::SeqCst) & NOTED != 0
     }
 }
 
@@ -322,8 +330,8 @@ impl Wake for Relay {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        // One atomic step: a wake either lands inside a poll (which then
-        // sees it at its end) or wakes the task.
+        // One atomic step: a wake either lands inside a look (which sees it
+        // at its end) or wakes the task; either way it is noted.
         if self.state.fetch_or(NOTED, Ordering::SeqCst) & POLLING == 0
             && let Some(w) = self.task().as_ref()
         {
@@ -332,15 +340,27 @@ impl Wake for Relay {
     }
 }
 
-/// How many times one poll of [`Driven`] looks again after wakes from
-/// inside it before it leaves the rest to its task (hyper's connection
-/// yields by waking itself after 16 turns of its loop: this bounds that).
+/// How many times in a row one poll of [`Driven`] looks again after a
+/// look that found nothing but was woken from inside before it leaves the
+/// rest to its task (hyper's connection yields by waking itself after 16
+/// turns of its loop: this bounds that).
 const ROUNDS: usize = 4;
+
+/// The most bytes one frame of [`Driven`] gathers: past it the frame goes
+/// out and the next poll goes on (hyper's read buffer holds up to about
+/// 400 KiB).
+const FRAME_MAX: usize = 64 * 1024;
 
 /// The response body of a plain-HTTP/1 upstream, which drives its
 /// connection (see the module doc).
 pub(crate) struct Driven {
     io: Io,
+    /// Nothing woke the relay since the last look found the connection
+    /// waiting: a poll then has nothing to look at.
+    quiet: bool,
+    /// What the last look gave after the data gathered into a frame (its
+    /// end is `io.ended`): the next poll's.
+    held: Option<Result<Frame<Bytes>, BoxError>>,
     relay: Arc<Relay>,
     /// `relay` as a waker (made once: the wakers hyper and tokio keep are
     /// then this one, not clones).
@@ -368,6 +388,8 @@ impl Driven {
                 host,
                 ended: false,
             },
+            quiet: false,
+            held: None,
             waker: Waker::from(relay.clone()),
             relay,
         }
@@ -429,32 +451,96 @@ impl Body for Driven {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        if let Some(h) = this.held.take() {
+            return Poll::Ready(Some(h));
+        }
         if this.io.ended {
             return Poll::Ready(None);
         }
-        let mut inner = Context::from_waker(&this.waker);
-        for _ in 0..ROUNDS {
-            this.relay.begin(cx);
-            let got = this.io.look(&mut inner);
-            // Wakes from inside a poll that gave a frame are dropped: the
-            // server polls again for the next one, and that poll looks at
-            // the connection first.
-            if this.relay.end() && got.is_pending() {
-                continue;
-            }
-            return got;
+        this.relay.register(cx);
+        if this.quiet && !this.relay.woken() {
+            // (A wake from now on wakes the task, which polls again.)
+            return Poll::Pending;
         }
-        // Still woken from inside: leave the next look to the task.
-        cx.waker().wake_by_ref();
-        Poll::Pending
+        this.quiet = false;
+        let mut inner = Context::from_waker(&this.waker);
+        // The data of every chunk the connection has decoded already, in
+        // one frame: the first chunk as it is, more copied after it.
+        let mut first: Option<Bytes> = None;
+        let mut more = BytesMut::new();
+        let mut rounds = 0;
+        let last = loop {
+            this.relay.begin();
+            let got = this.io.look(&mut inner);
+            let noted = this.relay.end();
+            match got {
+                Poll::Ready(Some(Ok(f))) => match f.into_data() {
+                    Ok(d) => {
+                        rounds = 0;
+                        match &first {
+                            None => first = Some(d),
+                            Some(f) => {
+                                if more.is_empty() {
+                                    more.reserve(f.len() + d.len());
+                                    more.extend_from_slice(f);
+                                }
+                                more.extend_from_slice(&d);
+                            }
+                        }
+                        let len = if more.is_empty() {
+                            first.as_ref().map_or(0, Bytes::len)
+                        } else {
+                            more.len()
+                        };
+                        if len >= FRAME_MAX || this.io.ended || this.io.body.is_end_stream() {
+                            break None;
+                        }
+                    }
+                    Err(f) => break Some(Poll::Ready(Some(Ok(f)))),
+                },
+                Poll::Pending if noted => {
+                    rounds += 1;
+                    if rounds == ROUNDS {
+                        // Still woken from inside: the next look is the
+                        // task's.
+                        cx.waker().wake_by_ref();
+                        break Some(Poll::Pending);
+                    }
+                }
+                Poll::Pending => {
+                    this.quiet = true;
+                    break Some(Poll::Pending);
+                }
+                other => break Some(other),
+            }
+        };
+        let data = match first {
+            None => return last.unwrap_or(Poll::Pending),
+            Some(_) if !more.is_empty() => more.freeze(),
+            Some(f) => f,
+        };
+        // What came after the data is the next poll's (an end needs no
+        // holding: `io.ended` is set).
+        if let Some(Poll::Ready(Some(h))) = last {
+            this.held = Some(h);
+        }
+        Poll::Ready(Some(Ok(Frame::data(data))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.io.ended || self.io.body.is_end_stream()
+        self.held.is_none() && (self.io.ended || self.io.body.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
         self.io.body.size_hint()
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        // A parked connection's wakers are this relay: it must not keep
+        // the task (its memory) alive.
+        *self.relay.task() = None;
     }
 }
 
@@ -617,6 +703,113 @@ mod tests {
         // A fresh request never takes the pooled connection.
         assert_eq!(get(&p, addr, true).await.unwrap(), want);
         assert_eq!(conns.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn random_pieces_on_a_multi_threaded_runtime() {
+        // The upstream socket's wakes come from another thread, some while
+        // the body is being polled.
+        let ev = events(300);
+        let want = ev.concat();
+        for seed in 11..14u64 {
+            let (addr, _) = upstream(chunked(&ev), false, Some(seed)).await;
+            let p = pool();
+            for _ in 0..2 {
+                assert_eq!(get(&p, addr, false).await.unwrap(), want, "seed {seed}");
+            }
+        }
+    }
+
+    /// An upstream that sends `chunked(events)`'s head, then each event's
+    /// chunk only when told to (one message each), then the last chunk.
+    async fn stepped(
+        events: Vec<Vec<u8>>,
+    ) -> (SocketAddr, tokio::sync::mpsc::UnboundedSender<()>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            assert!(read_head(&mut s).await);
+            let all = chunked(&events);
+            let head_len = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            s.write_all(&all[..head_len]).await.unwrap();
+            for e in &events {
+                rx.recv().await.unwrap();
+                s.write_all(format!("{:x}\r\n", e.len()).as_bytes()).await.unwrap();
+                s.write_all(e).await.unwrap();
+                s.write_all(b"\r\n").await.unwrap();
+            }
+            rx.recv().await.unwrap();
+            s.write_all(b"0\r\n\r\n").await.unwrap();
+            read_head(&mut s).await;
+        });
+        (addr, tx)
+    }
+
+    #[tokio::test]
+    async fn a_chunk_is_handed_over_without_waiting_for_more() {
+        // The upstream sends the next chunk only after the body gave the
+        // one before: a body that waited for more data would hang here.
+        let ev = events(20);
+        let (addr, go) = stepped(ev.clone()).await;
+        let p = pool();
+        let (host, r) = request(addr);
+        let mut body = p.send(&host, r, false).await.unwrap().into_body();
+        for e in &ev {
+            go.send(()).unwrap();
+            let mut got = Vec::new();
+            while got.len() < e.len() {
+                let f = tokio::time::timeout(Duration::from_secs(10), body.frame())
+                    .await
+                    .expect("a chunk that arrived is handed over")
+                    .unwrap()
+                    .unwrap();
+                got.extend_from_slice(&f.into_data().unwrap());
+            }
+            assert_eq!(&got, e, "one event's bytes, none of the next");
+        }
+        go.send(()).unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("the end is handed over");
+        assert!(end.is_none());
+        assert!(body.is_end_stream());
+    }
+
+    #[tokio::test]
+    async fn what_follows_gathered_data_comes_after_it() {
+        // Data and then trailers in one write: the data, then the trailers.
+        let ev = events(5);
+        let mut answer = chunked(&ev);
+        answer.truncate(answer.len() - 2);
+        answer.extend_from_slice(b"x-done: yes\r\n\r\n");
+        let (addr, _) = upstream(answer, false, None).await;
+        let p = pool();
+        let (host, r) = request(addr);
+        let body = p.send(&host, r, false).await.unwrap().into_body();
+        let got = body.collect().await.unwrap();
+        let trailers = got.trailers().cloned();
+        assert_eq!(&got.to_bytes()[..], &ev.concat()[..]);
+        assert_eq!(trailers.unwrap()["x-done"], "yes");
+        // Data and then a broken chunk in one write: the data, then the
+        // error.
+        let mut answer = chunked(&ev);
+        answer.truncate(answer.len() - 5);
+        answer.extend_from_slice(b"zz\r\n");
+        let (addr, _) = upstream(answer, true, None).await;
+        let (host, r) = request(addr);
+        let mut body = p.send(&host, r, false).await.unwrap().into_body();
+        let mut data = Vec::new();
+        let err = loop {
+            match body.frame().await {
+                Some(Ok(f)) => data.extend_from_slice(&f.into_data().unwrap()),
+                Some(Err(e)) => break e,
+                None => panic!("no error"),
+            }
+        };
+        assert_eq!(data, ev.concat(), "every byte before the error: {err}");
+        assert!(body.frame().await.is_none(), "nothing after the error");
     }
 
     #[tokio::test]
