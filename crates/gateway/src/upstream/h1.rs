@@ -7,12 +7,27 @@
 //!   (`TCP_NODELAY`), connected within `upstream.connect_timeout`. No task
 //!   is spawned for it: the request's task polls it together with the
 //!   request until the response head arrives ([`H1Pool::send`]), then the
-//!   response body ([`Driven`]) polls it whenever the body has nothing
-//!   decoded left. Every chunk the connection has already read is decoded
-//!   and handed over within the same poll of the body, so the gateway's
-//!   server takes them all in one poll and writes them to the client in one
-//!   (vectored) write. The body never waits for more data: it is `Pending`
-//!   only when nothing decoded is left and the upstream socket would block.
+//!   response body ([`Driven`]) polls it at each of its own polls.
+//! * One write per read: a poll of the body hands over the next chunk the
+//!   connection has decoded (reading the socket only when none is left),
+//!   and the gateway's server polls its body again after every frame until
+//!   it is `Pending`, copying each chunk into its one write buffer
+//!   (`writev(false)` in `server.rs`: the chunk, a slice of this
+//!   connection's read buffer, is dropped at once, so the next read reuses
+//!   that buffer in place instead of allocating one), so what one read of
+//!   the upstream brought goes to the client in one write. It never waits
+//!   for more data: a poll is `Pending` only when nothing decoded is left
+//!   and the upstream socket would block.
+//! * Polled without waking itself: the connection and hyper's body channel
+//!   are polled with a waker of the body's own ([`Relay`]). hyper's channel
+//!   wakes its other end as a chunk is put in or taken out, both inside the
+//!   same poll here: such wakes are noted and make the poll look again (at
+//!   most [`ROUNDS`] times in a row without data, then the task is woken);
+//!   only a wake from outside a poll (the upstream socket became readable)
+//!   wakes the request's task. A poll with nothing woken since a look found
+//!   the connection waiting returns `Pending` without touching it (the
+//!   server polls its body again after every frame, and other parts of the
+//!   request's task wake it too).
 //! * The pool ([`H1Pool`]): a connection whose response body ended and that
 //!   can take another request is kept idle, at most
 //!   `upstream.pool_max_idle_per_host` per host (`host:port`), for
@@ -45,7 +60,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::uri::Authority;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
@@ -340,16 +355,11 @@ impl Wake for Relay {
     }
 }
 
-/// How many times in a row one poll of [`Driven`] looks again after a
-/// look that found nothing but was woken from inside before it leaves the
-/// rest to its task (hyper's connection yields by waking itself after 16
+/// How many times one poll of [`Driven`] looks again after a look that
+/// found nothing but was woken from inside before it leaves the rest to
+/// its task (hyper's connection yields by waking itself after 16
 /// turns of its loop: this bounds that).
 const ROUNDS: usize = 4;
-
-/// The most bytes one frame of [`Driven`] gathers: past it the frame goes
-/// out and the next poll goes on (hyper's read buffer holds up to about
-/// 400 KiB).
-const FRAME_MAX: usize = 64 * 1024;
 
 /// The response body of a plain-HTTP/1 upstream, which drives its
 /// connection (see the module doc).
@@ -358,9 +368,6 @@ pub(crate) struct Driven {
     /// Nothing woke the relay since the last look found the connection
     /// waiting: a poll then has nothing to look at.
     quiet: bool,
-    /// What the last look gave after the data gathered into a frame (its
-    /// end is `io.ended`): the next poll's.
-    held: Option<Result<Frame<Bytes>, BoxError>>,
     relay: Arc<Relay>,
     /// `relay` as a waker (made once: the wakers hyper and tokio keep are
     /// then this one, not clones).
@@ -389,7 +396,6 @@ impl Driven {
                 ended: false,
             },
             quiet: false,
-            held: None,
             waker: Waker::from(relay.clone()),
             relay,
         }
@@ -451,9 +457,6 @@ impl Body for Driven {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        if let Some(h) = this.held.take() {
-            return Poll::Ready(Some(h));
-        }
         if this.io.ended {
             return Poll::Ready(None);
         }
@@ -464,71 +467,27 @@ impl Body for Driven {
         }
         this.quiet = false;
         let mut inner = Context::from_waker(&this.waker);
-        // The data of every chunk the connection has decoded already, in
-        // one frame: the first chunk as it is, more copied after it.
-        let mut first: Option<Bytes> = None;
-        let mut more = BytesMut::new();
-        let mut rounds = 0;
-        let last = loop {
+        for _ in 0..ROUNDS {
             this.relay.begin();
             let got = this.io.look(&mut inner);
-            let noted = this.relay.end();
+            // Wakes from inside a look that gave a frame are dropped: the
+            // server polls again for the next one.
             match got {
-                Poll::Ready(Some(Ok(f))) => match f.into_data() {
-                    Ok(d) => {
-                        rounds = 0;
-                        match &first {
-                            None => first = Some(d),
-                            Some(f) => {
-                                if more.is_empty() {
-                                    more.reserve(f.len() + d.len());
-                                    more.extend_from_slice(f);
-                                }
-                                more.extend_from_slice(&d);
-                            }
-                        }
-                        let len = if more.is_empty() {
-                            first.as_ref().map_or(0, Bytes::len)
-                        } else {
-                            more.len()
-                        };
-                        if len >= FRAME_MAX || this.io.ended || this.io.body.is_end_stream() {
-                            break None;
-                        }
-                    }
-                    Err(f) => break Some(Poll::Ready(Some(Ok(f)))),
-                },
-                Poll::Pending if noted => {
-                    rounds += 1;
-                    if rounds == ROUNDS {
-                        // Still woken from inside: the next look is the
-                        // task's.
-                        cx.waker().wake_by_ref();
-                        break Some(Poll::Pending);
-                    }
-                }
+                Poll::Pending if this.relay.end() => continue,
                 Poll::Pending => {
                     this.quiet = true;
-                    break Some(Poll::Pending);
+                    return Poll::Pending;
                 }
-                other => break Some(other),
+                ready => return ready,
             }
-        };
-        let data = match first {
-            None => return last.unwrap_or(Poll::Pending),
-            Some(_) if !more.is_empty() => more.freeze(),
-            Some(f) => f,
-        };
-        // What came after the data is the next poll's (an end needs no
-        // holding: `io.ended` is set).
-        if let Some(Poll::Ready(Some(h))) = last {
-            this.held = Some(h);
         }
-        Poll::Ready(Some(Ok(Frame::data(data))))
+        // Still woken from inside: the next look is the task's.
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
-        self.held.is_none() && (self.io.ended || self.io.body.is_end_stream())
+        self.io.ended || self.io.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -722,9 +681,7 @@ mod tests {
 
     /// An upstream that sends `chunked(events)`'s head, then each event's
     /// chunk only when told to (one message each), then the last chunk.
-    async fn stepped(
-        events: Vec<Vec<u8>>,
-    ) -> (SocketAddr, tokio::sync::mpsc::UnboundedSender<()>) {
+    async fn stepped(events: Vec<Vec<u8>>) -> (SocketAddr, tokio::sync::mpsc::UnboundedSender<()>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
@@ -736,7 +693,9 @@ mod tests {
             s.write_all(&all[..head_len]).await.unwrap();
             for e in &events {
                 rx.recv().await.unwrap();
-                s.write_all(format!("{:x}\r\n", e.len()).as_bytes()).await.unwrap();
+                s.write_all(format!("{:x}\r\n", e.len()).as_bytes())
+                    .await
+                    .unwrap();
                 s.write_all(e).await.unwrap();
                 s.write_all(b"\r\n").await.unwrap();
             }
@@ -778,7 +737,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn what_follows_gathered_data_comes_after_it() {
+    async fn trailers_and_errors_come_after_the_data_before_them() {
         // Data and then trailers in one write: the data, then the trailers.
         let ev = events(5);
         let mut answer = chunked(&ev);
