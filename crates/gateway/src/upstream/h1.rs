@@ -470,10 +470,11 @@ impl Body for Driven {
         for _ in 0..ROUNDS {
             this.relay.begin();
             let got = this.io.look(&mut inner);
+            let noted = this.relay.end();
             // Wakes from inside a look that gave a frame are dropped: the
             // server polls again for the next one.
             match got {
-                Poll::Pending if this.relay.end() => continue,
+                Poll::Pending if noted => continue,
                 Poll::Pending => {
                     this.quiet = true;
                     return Poll::Pending;
