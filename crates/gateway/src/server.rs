@@ -274,7 +274,13 @@ pub(crate) async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
+        .header_read_timeout(header_timeout)
+        // Body chunks are copied into the connection's one write buffer as
+        // they are written and dropped at once: a plain-HTTP/1 upstream's
+        // chunks are slices of its connection's read buffer, which the
+        // next read then reuses in place (upstream/h1.rs); one buffer per
+        // write, not an iovec per chunk.
+        .writev(false);
     builder
         .http2()
         .timer(TokioTimer::new())

@@ -1,8 +1,12 @@
-//! The model server the gateway forwards to: an HTTP(S) upstream through a
-//! pooled client (hyper-util's, rustls with the ring provider and the trust
-//! of [`citestream_host::tls`]; HTTP/2 over TLS by ALPN; through the
-//! environment's proxy, [`tunnel`]), or the built-in demo model when
-//! `upstream.base_url` is `""`.
+//! The model server the gateway forwards to, or the built-in demo model
+//! when `upstream.base_url` is `""`. A plain-HTTP upstream reached directly
+//! (the `http://` model servers beside a gateway: vLLM, Ollama, llama.cpp)
+//! goes over HTTP/1 connections of our own pool, driven in the request's
+//! task so that one read of the upstream is one write to the client
+//! ([`h1`]); an HTTPS one (rustls with the ring provider and the trust of
+//! [`citestream_host::tls`]; HTTP/2 by ALPN) and any through the
+//! environment's proxy ([`tunnel`]) over hyper-util's pooled client
+//! ([`conn`]).
 //!
 //! Contract:
 //! * Where a request goes: [`route`] (`[[routes]]` by the body's `model`,
@@ -21,8 +25,9 @@
 //!   search or quota being touched (they happened before), when the body
 //!   is whole ([`OutBody::Whole`], or an empty streamed one):
 //!   - once, on a connection of its own, when a reused pooled connection
-//!     failed before any response byte ([`conn::is_stale`]: the keep-alive
-//!     race); this does not count against `upstream.retries`;
+//!     failed before any response byte ([`conn::is_stale`],
+//!     [`h1::Failed::Request`]: the keep-alive race); this does not count
+//!     against `upstream.retries`;
 //!   - up to `upstream.retries` times, to the route's next endpoint, after a
 //!     connect error or a 429/502/503/504 answer, waiting an exponential
 //!     backoff with jitter (none before another endpoint after a connect
@@ -30,7 +35,8 @@
 //!     one above [`RETRY_AFTER_CAP`] is not waited for: that answer goes to
 //!     the client.
 //!
-//!   - once, on a connection of its own, when no connection took the
+//!   - on hyper-util's client only (HTTPS, proxied): once, on a
+//!     connection of its own, when no connection took the
 //!     request within `upstream.connect_timeout` + [`HANDOFF_GRACE`]
 //!     ([`conn::Handed`]): nothing of it was written. hyper-util's pool can
 //!     lose a request this way when it hands the request to a kept-alive
@@ -39,7 +45,9 @@
 //!     never comes (the queue lives on as long as the waiting request holds
 //!     the connection's sender). This bound is separate from the headers
 //!     wait: a slow upstream answers late, but takes its request at once.
-//!     A streamed body cannot be sent again: that request is a 502.
+//!     A streamed body cannot be sent again: that request is a 502. (A
+//!     connection of [`h1`] is polled by the request's own task, so a
+//!     request cannot wait on it unseen: the bound does not apply there.)
 //!
 //!   Each is counted in `citestream_upstream_retries_total{reason}` (the
 //!   two reused-connection cases as `stale_connection`).
@@ -52,6 +60,7 @@
 //!   body cancels the upstream request (its connection is closed).
 
 mod conn;
+mod h1;
 mod route;
 mod tunnel;
 
@@ -125,7 +134,11 @@ pub(crate) enum Upstream {
 /// Model servers reached over HTTP(S).
 #[derive(Debug)]
 pub(crate) struct HttpUpstream {
+    /// Plain-HTTP/1 upstreams reached directly.
+    h1: h1::H1Pool,
+    /// HTTPS ones, and any through a proxy.
     clients: Clients<HttpsConnector<Tunnel>>,
+    proxies: ProxyEnv,
     routes: Routes,
     headers_timeout: Duration,
     /// How long a sent request may wait for a connection to take it.
@@ -160,16 +173,16 @@ impl Upstream {
             .with_tls_config(tls.clone())
             .https_or_http()
             .enable_all_versions()
-            .wrap_connector(Tunnel::new(http, proxies));
-        let clients = Clients::new(
-            https,
-            PoolSettings {
-                idle_timeout: up.pool_idle_timeout,
-                max_idle_per_host: up.pool_max_idle_per_host,
-            },
-        );
+            .wrap_connector(Tunnel::new(http, proxies.clone()));
+        let pool = PoolSettings {
+            idle_timeout: up.pool_idle_timeout,
+            max_idle_per_host: up.pool_max_idle_per_host,
+        };
+        let clients = Clients::new(https, pool);
         Ok(Upstream::Http(Box::new(HttpUpstream {
+            h1: h1::H1Pool::new(pool, up.connect_timeout),
             clients,
+            proxies,
             routes,
             headers_timeout: up.headers_timeout,
             handoff_timeout: up.connect_timeout + HANDOFF_GRACE,
@@ -258,8 +271,8 @@ impl HttpUpstream {
         let mut fresh = false;
         let mut attempt = 0u32;
         loop {
-            let uri = target
-                .base(shape, at)
+            let base = target.base(shape, at);
+            let uri = base
                 .join(&pq)
                 .map_err(|e| UpstreamFailure::Unreachable(format!("bad upstream URL: {e}")))?;
             let Some(body) = payload.take() else {
@@ -269,58 +282,17 @@ impl HttpUpstream {
             };
             let mut r = Request::new(());
             *r.method_mut() = parts.method.clone();
-            *r.uri_mut() = uri;
             *r.headers_mut() = headers.clone();
             let (r_parts, ()) = r.into_parts();
-            let sent = std::time::Instant::now();
-            let client = if fresh {
-                self.clients.fresh()
+            let headers_by = tokio::time::Instant::now() + self.headers_timeout;
+            let res = if self.direct(&uri) {
+                self.send_h1(r_parts, body, uri, &base.authority, fresh, headers_by)
+                    .await
             } else {
-                self.clients.pooled()
+                self.send_pooled(r_parts, body, uri, fresh, headers_by)
+                    .await
             };
             fresh = false;
-            let (body, taken) = conn::Handed::wrap(body);
-            let r = Request::from_parts(r_parts, body);
-            let headers_by = tokio::time::Instant::now() + self.headers_timeout;
-            let handoff_by = (tokio::time::Instant::now() + self.handoff_timeout).min(headers_by);
-            let request = client.request(r);
-            tokio::pin!(request);
-            let early = tokio::select! {
-                res = &mut request => Some(res),
-                () = tokio::time::sleep_until(handoff_by) => None,
-            };
-            let res = match early {
-                Some(res) => res,
-                None if !taken.load(Ordering::Acquire) => {
-                    // No connection took the request: nothing of it was
-                    // written (the client's pool lost it, see the module
-                    // doc); the pinned future is dropped (cancelled) as this
-                    // attempt's scope ends.
-                    if unsent_retry && payload.again() {
-                        tracing::warn!(
-                            "no upstream connection took the request within {:?}; sending again",
-                            self.handoff_timeout
-                        );
-                        self.metrics.upstream_retry(UpstreamRetry::StaleConnection);
-                        unsent_retry = false;
-                        fresh = true;
-                        continue;
-                    }
-                    return Err(UpstreamFailure::Unreachable(format!(
-                        "no upstream connection took the request within {:?}",
-                        self.handoff_timeout
-                    )));
-                }
-                None => match tokio::time::timeout_at(headers_by, request).await {
-                    Err(_) => {
-                        return Err(UpstreamFailure::Timeout(format!(
-                            "no response headers within {:?}",
-                            self.headers_timeout
-                        )));
-                    }
-                    Ok(res) => res,
-                },
-            };
             let can_retry = retries > 0 && payload.again();
             match res {
                 Ok(resp) => {
@@ -328,7 +300,7 @@ impl HttpUpstream {
                         .then(|| wait_before_retry(attempt, resp.headers()))
                         .flatten();
                     let Some(wait) = wait else {
-                        return Ok(self.respond(resp));
+                        return Ok(resp);
                     };
                     drop(resp);
                     self.metrics.upstream_retry(UpstreamRetry::Status);
@@ -337,14 +309,20 @@ impl HttpUpstream {
                     at += 1;
                     tokio::time::sleep(wait).await;
                 }
-                Err(e) if stale_retry && payload.again() && conn::is_stale(&e, sent) => {
-                    tracing::debug!(error = %chain(&e), "reused upstream connection failed; sending again");
+                Err(Attempt::Stale(f)) if stale_retry && payload.again() => {
+                    tracing::debug!(error = %f.message(), "reused upstream connection failed; sending again");
                     self.metrics.upstream_retry(UpstreamRetry::StaleConnection);
                     stale_retry = false;
                     fresh = true;
                 }
-                Err(e) if can_retry && e.is_connect() => {
-                    tracing::debug!(error = %chain(&e), "upstream connect failed; trying again");
+                Err(Attempt::Unsent(f)) if unsent_retry && payload.again() => {
+                    tracing::warn!("{}; sending again", f.message());
+                    self.metrics.upstream_retry(UpstreamRetry::StaleConnection);
+                    unsent_retry = false;
+                    fresh = true;
+                }
+                Err(Attempt::Connect(f)) if can_retry => {
+                    tracing::debug!(error = %f.message(), "upstream connect failed; trying again");
                     self.metrics.upstream_retry(UpstreamRetry::Connect);
                     retries -= 1;
                     attempt += 1;
@@ -353,13 +331,147 @@ impl HttpUpstream {
                         tokio::time::sleep(backoff(attempt - 1)).await;
                     }
                 }
-                Err(e) => return Err(classify(&e)),
+                Err(
+                    Attempt::Stale(f)
+                    | Attempt::Unsent(f)
+                    | Attempt::Connect(f)
+                    | Attempt::Failed(f),
+                ) => return Err(f),
             }
         }
     }
 
-    fn respond(&self, resp: Response<hyper::body::Incoming>) -> Response<AnyBody> {
-        resp.map(|b| b.map_err(Into::into).boxed())
+    /// Whether a request to `uri` goes on [`h1`]'s connections: plain HTTP,
+    /// not through a proxy.
+    fn direct(&self, uri: &http::Uri) -> bool {
+        uri.scheme() == Some(&http::uri::Scheme::HTTP)
+            && (self.proxies.is_empty() || !self.proxies.proxies(uri))
+    }
+
+    /// One attempt on [`h1`]'s connections, driven in this task.
+    async fn send_h1(
+        &self,
+        mut parts: http::request::Parts,
+        body: AnyBody,
+        uri: http::Uri,
+        host: &http::uri::Authority,
+        fresh: bool,
+        headers_by: tokio::time::Instant,
+    ) -> Result<Response<AnyBody>, Attempt> {
+        // What hyper-util's client does for HTTP/1: origin form, `host`
+        // with the port unless it is the scheme's default.
+        parts.uri = uri
+            .path_and_query()
+            .cloned()
+            .map_or_else(http::Uri::default, Into::into);
+        let host_header = match host.port_u16() {
+            Some(p) if p != 80 => format!("{}:{p}", host.host()),
+            _ => host.host().to_owned(),
+        };
+        let host_header = HeaderValue::from_str(&host_header).map_err(|e| {
+            Attempt::Failed(UpstreamFailure::Unreachable(format!(
+                "bad upstream host: {e}"
+            )))
+        })?;
+        parts.headers.insert(header::HOST, host_header);
+        let r = Request::from_parts(parts, body);
+        match tokio::time::timeout_at(headers_by, self.h1.send(host, r, fresh)).await {
+            Err(_) => Err(Attempt::Failed(UpstreamFailure::Timeout(format!(
+                "no response headers within {:?}",
+                self.headers_timeout
+            )))),
+            Ok(Err(h1::Failed::Connect(f))) => Err(Attempt::Connect(f)),
+            Ok(Err(h1::Failed::Request {
+                failure,
+                stale: true,
+            })) => Err(Attempt::Stale(failure)),
+            Ok(Err(h1::Failed::Request {
+                failure,
+                stale: false,
+            })) => Err(Attempt::Failed(failure)),
+            // `Driven`'s errors are boxed already: no `MapErr` layer.
+            Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
+        }
+    }
+
+    /// One attempt on hyper-util's pooled client (HTTPS, or through a
+    /// proxy).
+    async fn send_pooled(
+        &self,
+        mut parts: http::request::Parts,
+        body: AnyBody,
+        uri: http::Uri,
+        fresh: bool,
+        headers_by: tokio::time::Instant,
+    ) -> Result<Response<AnyBody>, Attempt> {
+        parts.uri = uri;
+        let sent = std::time::Instant::now();
+        let client = if fresh {
+            self.clients.fresh()
+        } else {
+            self.clients.pooled()
+        };
+        let (body, taken) = conn::Handed::wrap(body);
+        let r = Request::from_parts(parts, body);
+        let handoff_by = (tokio::time::Instant::now() + self.handoff_timeout).min(headers_by);
+        let request = client.request(r);
+        tokio::pin!(request);
+        let early = tokio::select! {
+            res = &mut request => Some(res),
+            () = tokio::time::sleep_until(handoff_by) => None,
+        };
+        let res = match early {
+            Some(res) => res,
+            None if !taken.load(Ordering::Acquire) => {
+                // No connection took the request: nothing of it was
+                // written (the client's pool lost it, see the module
+                // doc); the pinned future is dropped (cancelled) as this
+                // attempt ends.
+                return Err(Attempt::Unsent(UpstreamFailure::Unreachable(format!(
+                    "no upstream connection took the request within {:?}",
+                    self.handoff_timeout
+                ))));
+            }
+            None => match tokio::time::timeout_at(headers_by, request).await {
+                Err(_) => {
+                    return Err(Attempt::Failed(UpstreamFailure::Timeout(format!(
+                        "no response headers within {:?}",
+                        self.headers_timeout
+                    ))));
+                }
+                Ok(res) => res,
+            },
+        };
+        match res {
+            Ok(resp) => Ok(resp.map(|b| b.map_err(Into::into).boxed())),
+            Err(e) if conn::is_stale(&e, sent) => Err(Attempt::Stale(classify(&e))),
+            Err(e) if e.is_connect() => Err(Attempt::Connect(classify(&e))),
+            Err(e) => Err(Attempt::Failed(classify(&e))),
+        }
+    }
+}
+
+/// Why an attempt got no response, and what it allows; each holds the
+/// failure the client gets when no further attempt is made.
+enum Attempt {
+    /// A reused connection failed before any response byte (the
+    /// keep-alive race): safe to send again.
+    Stale(UpstreamFailure),
+    /// No connection took the request in time (hyper-util's pool): nothing
+    /// of it was written.
+    Unsent(UpstreamFailure),
+    /// No connection was made: another endpoint may take it.
+    Connect(UpstreamFailure),
+    /// Anything else.
+    Failed(UpstreamFailure),
+}
+
+impl UpstreamFailure {
+    /// What went wrong, for the log.
+    fn message(&self) -> &str {
+        match self {
+            UpstreamFailure::Unreachable(m) | UpstreamFailure::Timeout(m) => m,
+        }
     }
 }
 
@@ -420,10 +532,10 @@ pub(crate) fn set_key(h: &mut HeaderMap, shape: ErrorShape, key: &str) {
 }
 
 /// Connect timeouts are 504s, every other failure before the headers a 502.
-fn classify(e: &hyper_util::client::legacy::Error) -> UpstreamFailure {
+fn classify(e: &(dyn std::error::Error + 'static)) -> UpstreamFailure {
     let msg = chain(e);
     let mut timed_out = false;
-    let mut src = std::error::Error::source(e);
+    let mut src = Some(e);
     while let Some(s) = src {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
             timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
@@ -478,6 +590,99 @@ pub(crate) fn json_response(status: u16, body: Bytes) -> Response<AnyBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn http_upstream(base: &str) -> (Upstream, Arc<Metrics>) {
+        let mut cfg = Config::default();
+        cfg.upstream.base_url = base.to_owned();
+        cfg.upstream.retries = 0;
+        let metrics = Arc::new(Metrics::new());
+        let tls = citestream_host::tls::client_config(&cfg.tls).unwrap();
+        (Upstream::new(&cfg, metrics.clone(), &tls).unwrap(), metrics)
+    }
+
+    /// Reads a request's head and its `content-length` body.
+    async fn read_request(s: &mut tokio::net::TcpStream) -> Option<String> {
+        let mut buf = Vec::new();
+        let mut b = [0u8; 1024];
+        loop {
+            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..at]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                while buf.len() < at + 4 + len {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return None,
+                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                    }
+                }
+                return Some(String::from_utf8_lossy(&buf).into_owned());
+            }
+            match s.read(&mut b).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&b[..n]),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stale_reused_connection_is_sent_again_once_on_a_fresh_one() {
+        // Every connection answers its first request and then drops the
+        // next one without a byte (the keep-alive race, every time).
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let Some(req) = read_request(&mut s).await else {
+                        return;
+                    };
+                    log.lock().unwrap().push(req);
+                    s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await
+                        .unwrap();
+                    let _ = read_request(&mut s).await;
+                });
+            }
+        });
+        let (up, metrics) = http_upstream(&format!("http://{addr}/v1"));
+        for i in 0..3 {
+            let mut req = Request::new(OutBody::Whole(Bytes::from(format!("{{\"n\":{i}}}"))));
+            *req.method_mut() = http::Method::POST;
+            *req.uri_mut() = "/v1/chat/completions?x=1".parse().unwrap();
+            let resp = up.send(None, req).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"ok");
+        }
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 3);
+        for (i, req) in seen.iter().enumerate() {
+            assert!(
+                req.starts_with("POST /v1/chat/completions?x=1 HTTP/1.1\r\n"),
+                "{req}"
+            );
+            assert!(
+                req.to_ascii_lowercase()
+                    .contains(&format!("\r\nhost: {addr}\r\n")),
+                "{req}"
+            );
+            assert!(req.ends_with(&format!("{{\"n\":{i}}}")), "{req}");
+        }
+        // Requests 2 and 3 each went to a pooled connection first.
+        assert!(
+            metrics
+                .render()
+                .contains("citestream_upstream_retries_total{reason=\"stale_connection\"} 2"),
+            "{}",
+            metrics.render()
+        );
+    }
 
     #[test]
     fn join_paths() {

@@ -122,10 +122,11 @@ class Serve:
 
     @classmethod
     def start(cls, config: dict | str | None, *, env: dict | None = None, args: list[str] | None = None,
-              timeout: float = 30.0, cwd: Path | None = None) -> "Serve":
+              timeout: float = 30.0, cwd: Path | None = None, bin: str | None = None) -> "Serve":
+        """`bin`: the binary to run (default `citestream_bin()`)."""
         tmp = Path(tempfile.mkdtemp(prefix="citestream-serve-"))
         config_path = None
-        cmd = [citestream_bin(), "serve"]
+        cmd = [bin or citestream_bin(), "serve"]
         if config is not None:
             config_path = tmp / "citestream.toml"
             config_path.write_text(config if isinstance(config, str) else toml_dumps(config))

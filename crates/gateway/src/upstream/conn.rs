@@ -1,4 +1,6 @@
-//! The upstream connections: the pooled client and the keep-alive race.
+//! The upstream connections of hyper-util's pooled client (HTTPS, and
+//! anything through a proxy; plain-HTTP/1 ones are [`super::h1`]'s) and
+//! the keep-alive race.
 //!
 //! Contract:
 //! * Every connection notes when it was made and counts its turns
@@ -288,13 +290,18 @@ pub(crate) fn is_stale(e: &hyper_util::client::legacy::Error, sent: Instant) -> 
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {
         if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            // A parse error means response bytes arrived; a user error or a
-            // timeout is not the peer closing.
-            return !(h.is_parse() || h.is_parse_status() || h.is_user() || h.is_timeout());
+            return closed_by_peer(h);
         }
         src = s.source();
     }
     false
+}
+
+/// Whether hyper's error before a response head is the peer closing or
+/// resetting the connection: not a parse error (response bytes arrived),
+/// a user error (ours) or a timeout.
+pub(crate) fn closed_by_peer(h: &hyper::Error) -> bool {
+    !(h.is_parse() || h.is_parse_status() || h.is_user() || h.is_timeout())
 }
 
 #[cfg(test)]

@@ -102,6 +102,11 @@ impl ProxyEnv {
         self.http.is_none() && self.https.is_none()
     }
 
+    /// Whether a connection to `uri` goes through a proxy.
+    pub(crate) fn proxies(&self, uri: &Uri) -> bool {
+        self.for_uri(uri).is_some()
+    }
+
     /// The proxy for a connection to `uri`, if any.
     fn for_uri(&self, uri: &Uri) -> Option<&Proxy> {
         let p = if uri.scheme_str() == Some("https") {
