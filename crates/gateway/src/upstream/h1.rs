@@ -33,12 +33,18 @@
 //!   `upstream.pool_max_idle_per_host` per host (`host:port`), for
 //!   `upstream.pool_idle_timeout`. Checkout takes the most recently parked
 //!   one, polling it once first: one the peer closed (or that failed) and
-//!   one parked longer than the idle timeout are closed instead. Expired
-//!   connections are closed at the next checkout or return (no timer task:
-//!   at most `pool_max_idle_per_host` per host wait for it). One pool per
+//!   one parked longer than the idle timeout are closed instead. One pool per
 //!   [`super::Upstream`] value (one per worker thread when the server runs
 //!   one runtime per core); a connection serves one request at a time and
 //!   moves with it.
+//! * Parked connections are watched: one task per pool ([`watch`], spawned
+//!   on the runtime of the first connection parked, ending with the pool)
+//!   is the waker every parked connection is polled with. A connection the
+//!   peer closes while parked wakes it and is closed at once, not at the
+//!   next checkout, so its socket is not held open; the task also closes
+//!   each parked connection as it expires (its timer is the earliest
+//!   expiry). Nothing else wakes it: a checkout polls the connection with
+//!   the request's own task before using it.
 //! * A body dropped before its end closes its connection (the upstream
 //!   request is cancelled); so does a body that failed. A body dropped
 //!   after its end (hyper's server stops polling a body whose length is
@@ -55,8 +61,8 @@
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -110,10 +116,99 @@ pub(crate) enum Failed {
     },
 }
 
+/// The parked connections and the task that watches them.
+#[derive(Default)]
+struct Idle {
+    hosts: HashMap<Authority, Vec<Parked>>,
+    /// The [`watch`] task's waker, once it has run: parked connections are
+    /// polled with it.
+    watcher: Option<Waker>,
+}
+
 struct Shared {
-    idle: Mutex<HashMap<Authority, Vec<Parked>>>,
+    idle: Mutex<Idle>,
+    /// A [`watch`] task runs (or is spawned) for this pool.
+    watched: AtomicBool,
     settings: PoolSettings,
     connect_timeout: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The watcher's turn: closes the parked connections the peer closed
+    /// (or that failed) and those parked longer than the idle timeout,
+    /// polls the others with `cx` (the watcher's waker from now on), and
+    /// returns when the next one expires.
+    fn sweep(&self, cx: &mut Context<'_>) -> Option<Instant> {
+        let limit = self.settings.idle_timeout;
+        let mut closed = Vec::new();
+        let mut next: Option<Instant> = None;
+        {
+            let mut idle = self.lock();
+            if !idle
+                .watcher
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                idle.watcher = Some(cx.waker().clone());
+            }
+            for list in idle.hosts.values_mut() {
+                let mut i = 0;
+                while i < list.len() {
+                    let p = &mut list[i];
+                    if p.since.elapsed() >= limit || !p.conn.reusable(cx) {
+                        closed.push(list.remove(i));
+                    } else {
+                        let at = p.since + limit;
+                        next = Some(next.map_or(at, |n| n.min(at)));
+                        i += 1;
+                    }
+                }
+            }
+            idle.hosts.retain(|_, l| !l.is_empty());
+        }
+        // Closed outside the lock.
+        drop(closed);
+        next
+    }
+}
+
+/// Watches a pool's parked connections (see the module doc) until the pool
+/// is gone: woken by a parked connection (its peer closed it, most often)
+/// or by the earliest expiry.
+async fn watch(pool: Weak<Shared>) {
+    /// Whatever ends the task (the pool dropped, or the runtime shut down
+    /// under it), the next connection parked spawns a new one.
+    struct Ended(Weak<Shared>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            if let Some(s) = self.0.upgrade() {
+                s.lock().watcher = None;
+                s.watched.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+    let _ended = Ended(pool.clone());
+    let mut timer = pin!(tokio::time::sleep(Duration::ZERO));
+    poll_fn(|cx| {
+        loop {
+            let Some(shared) = pool.upgrade() else {
+                return Poll::Ready(());
+            };
+            let next = shared
+                .sweep(cx)
+                .unwrap_or_else(|| Instant::now() + shared.settings.idle_timeout);
+            drop(shared);
+            timer.as_mut().reset(next.into());
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    })
+    .await;
 }
 
 /// The pool of plain-HTTP/1 connections (see the module doc).
@@ -134,15 +229,12 @@ impl H1Pool {
     pub(crate) fn new(settings: PoolSettings, connect_timeout: Duration) -> H1Pool {
         H1Pool {
             shared: Arc::new(Shared {
-                idle: Mutex::new(HashMap::new()),
+                idle: Mutex::new(Idle::default()),
+                watched: AtomicBool::new(false),
                 settings,
                 connect_timeout,
             }),
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Authority, Vec<Parked>>> {
-        self.shared.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The most recently parked usable connection to `host`, if any.
@@ -151,8 +243,8 @@ impl H1Pool {
         let mut closed = Vec::new();
         let mut found = None;
         {
-            let mut idle = self.lock();
-            let list = idle.get_mut(host)?;
+            let mut idle = self.shared.lock();
+            let list = idle.hosts.get_mut(host)?;
             while let Some(mut p) = list.pop() {
                 if p.since.elapsed() < limit && p.conn.reusable(cx) {
                     found = Some(p.conn);
@@ -166,27 +258,31 @@ impl H1Pool {
         found
     }
 
-    /// Parks `conn` (its response has ended and it can take a request).
-    fn checkin(&self, host: Authority, conn: Conn) {
+    /// Parks `conn` (its response has ended), if it can take another
+    /// request and its host has room; closes it otherwise.
+    fn checkin(&self, host: Authority, mut conn: Conn) {
         let s = &self.shared.settings;
         if s.max_idle_per_host == 0 {
             return;
         }
-        let mut expired = Vec::new();
+        if !self.shared.watched.swap(true, Ordering::SeqCst) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn(watch(Arc::downgrade(&self.shared)))),
+                // (No runtime: nothing watches; checkout still checks.)
+                Err(_) => self.shared.watched.store(false, Ordering::SeqCst),
+            }
+        }
         let mut refused = None;
         {
-            let mut idle = self.lock();
-            for list in idle.values_mut() {
-                while list
-                    .first()
-                    .is_some_and(|p| p.since.elapsed() >= s.idle_timeout)
-                {
-                    expired.push(list.remove(0));
-                }
-            }
-            idle.retain(|_, l| !l.is_empty());
-            let list = idle.entry(host).or_default();
-            if list.len() < s.max_idle_per_host {
+            let mut idle = self.shared.lock();
+            // Polled with the watcher's waker (before the watcher first
+            // ran, with none: its first sweep polls every parked one).
+            let waker = idle
+                .watcher
+                .clone()
+                .unwrap_or_else(|| Waker::noop().clone());
+            let list = idle.hosts.entry(host).or_default();
+            if list.len() < s.max_idle_per_host && conn.reusable(&mut Context::from_waker(&waker)) {
                 list.push(Parked {
                     conn,
                     since: Instant::now(),
@@ -195,7 +291,8 @@ impl H1Pool {
                 refused = Some(conn);
             }
         }
-        drop((expired, refused));
+        // Closed outside the lock.
+        drop(refused);
     }
 
     /// A new connection to `host`.
@@ -403,13 +500,11 @@ impl Driven {
 }
 
 impl Io {
-    /// The body ended: its connection goes back to the pool if it can take
-    /// another request.
-    fn end(&mut self, cx: &mut Context<'_>) {
+    /// The body ended: its connection goes back to the pool (which keeps it
+    /// if it can take another request).
+    fn end(&mut self) {
         self.ended = true;
-        if let Some(mut c) = self.conn.take()
-            && c.reusable(cx)
-        {
+        if let Some(c) = self.conn.take() {
             self.pool.checkin(self.host.clone(), c);
         }
     }
@@ -431,7 +526,7 @@ impl Io {
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Ready(None) => {
-                self.end(cx);
+                self.end();
                 Poll::Ready(None)
             }
             Poll::Pending if self.conn.is_none() => {
@@ -507,7 +602,7 @@ impl Drop for Driven {
 impl Drop for Io {
     fn drop(&mut self) {
         if self.conn.is_some() && !self.ended && self.body.is_end_stream() {
-            self.end(&mut Context::from_waker(Waker::noop()));
+            self.end();
         }
     }
 }
@@ -804,6 +899,117 @@ mod tests {
         assert_eq!(conns.load(Ordering::SeqCst), 2);
     }
 
+    /// Whether `p` holds a parked connection, waiting up to 5 s for it to
+    /// be (`want`) or not be parked (no checkout meanwhile).
+    async fn parked(p: &H1Pool, want: bool) -> bool {
+        for _ in 0..500 {
+            if p.shared.lock().hosts.is_empty() != want {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    /// An upstream that answers one request, then keeps its connection
+    /// until `close` is sent (or forever), and tells through `gone` when it
+    /// read the connection's end from this side.
+    async fn lingering() -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::sync::oneshot::Receiver<()>,
+    ) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (close_tx, close_rx) = tokio::sync::oneshot::channel::<()>();
+        let (gone_tx, gone_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            assert!(read_head(&mut s).await);
+            s.write_all(&chunked(&events(2))).await.unwrap();
+            let mut b = [0u8; 16];
+            tokio::select! {
+                _ = close_rx => drop(s),
+                n = s.read(&mut b) => {
+                    if matches!(n, Ok(0) | Err(_)) {
+                        let _ = gone_tx.send(());
+                    }
+                }
+            }
+        });
+        (addr, close_tx, gone_rx)
+    }
+
+    #[tokio::test]
+    async fn a_parked_connection_the_peer_closes_is_closed_without_a_checkout() {
+        // The upstream closes the connection while it is parked: the pool
+        // lets it go at once (its socket closed), with no request to
+        // notice.
+        let (addr, close, _gone) = lingering().await;
+        let p = pool();
+        get(&p, addr, false).await.unwrap();
+        assert!(parked(&p, true).await, "parked after its response");
+        close.send(()).unwrap();
+        assert!(parked(&p, false).await, "closed while parked");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_parked_connection_is_closed_when_it_expires() {
+        // Nothing checks the pool out again: the connection is closed as it
+        // expires, and the upstream reads its end.
+        let (addr, _close, gone) = lingering().await;
+        let p = H1Pool::new(
+            PoolSettings {
+                idle_timeout: Duration::from_millis(100),
+                max_idle_per_host: 4,
+            },
+            Duration::from_secs(2),
+        );
+        get(&p, addr, false).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), gone)
+            .await
+            .expect("the expired connection was closed")
+            .unwrap();
+        assert!(p.shared.lock().hosts.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_watcher_ends_with_its_pool() {
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let (addr, _close, gone) = lingering().await;
+        // (The upstream's task among them, until it reads the close.)
+        let before = tasks();
+        let p = H1Pool::new(
+            PoolSettings {
+                idle_timeout: Duration::from_secs(1),
+                max_idle_per_host: 4,
+            },
+            Duration::from_secs(2),
+        );
+        get(&p, addr, false).await.unwrap();
+        assert!(p.shared.watched.load(Ordering::SeqCst));
+        assert_eq!(tasks(), before + 1, "one watcher");
+        drop(p);
+        tokio::time::timeout(Duration::from_secs(5), gone)
+            .await
+            .expect("the parked connection closed with its pool")
+            .unwrap();
+        for _ in 0..500 {
+            if tasks() == before - 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "the watcher outlived its pool: {} tasks, {before} before",
+            tasks()
+        );
+    }
+
     #[tokio::test]
     async fn a_reused_connection_the_peer_drops_is_stale() {
         // Answers the first request, then closes on the second without a
@@ -864,7 +1070,7 @@ mod tests {
             .expect("the upstream saw the close")
             .unwrap();
         assert_eq!(n, 0, "closed, nothing more sent");
-        assert!(p.lock().values().all(Vec::is_empty), "not pooled");
+        assert!(p.shared.lock().hosts.is_empty(), "not pooled");
     }
 
     #[tokio::test]
