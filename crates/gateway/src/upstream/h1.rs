@@ -619,9 +619,14 @@ mod tests {
     use super::*;
 
     fn pool() -> H1Pool {
+        pool_idle(Duration::from_secs(4))
+    }
+
+    /// A pool keeping 4 idle connections per host for `idle`.
+    fn pool_idle(idle: Duration) -> H1Pool {
         H1Pool::new(
             PoolSettings {
-                idle_timeout: Duration::from_secs(4),
+                idle_timeout: idle,
                 max_idle_per_host: 4,
             },
             Duration::from_secs(2),
@@ -884,13 +889,7 @@ mod tests {
     async fn an_expired_idle_connection_is_not_used() {
         let ev = events(3);
         let (addr, conns) = upstream(chunked(&ev), false, None).await;
-        let p = H1Pool::new(
-            PoolSettings {
-                idle_timeout: Duration::from_millis(50),
-                max_idle_per_host: 4,
-            },
-            Duration::from_secs(2),
-        );
+        let p = pool_idle(Duration::from_millis(50));
         get(&p, addr, false).await.unwrap();
         get(&p, addr, false).await.unwrap();
         assert_eq!(conns.load(Ordering::SeqCst), 1);
@@ -958,13 +957,7 @@ mod tests {
         // Nothing checks the pool out again: the connection is closed as it
         // expires, and the upstream reads its end.
         let (addr, _close, gone) = lingering().await;
-        let p = H1Pool::new(
-            PoolSettings {
-                idle_timeout: Duration::from_millis(100),
-                max_idle_per_host: 4,
-            },
-            Duration::from_secs(2),
-        );
+        let p = pool_idle(Duration::from_millis(100));
         get(&p, addr, false).await.unwrap();
         tokio::time::timeout(Duration::from_secs(5), gone)
             .await
@@ -983,13 +976,7 @@ mod tests {
         let (addr, _close, gone) = lingering().await;
         // (The upstream's task among them, until it reads the close.)
         let before = tasks();
-        let p = H1Pool::new(
-            PoolSettings {
-                idle_timeout: Duration::from_secs(1),
-                max_idle_per_host: 4,
-            },
-            Duration::from_secs(2),
-        );
+        let p = pool_idle(Duration::from_secs(1));
         get(&p, addr, false).await.unwrap();
         assert!(p.shared.watched.load(Ordering::SeqCst));
         assert_eq!(tasks(), before + 1, "one watcher");
