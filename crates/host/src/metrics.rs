@@ -16,7 +16,7 @@
 //! | `citestream_search_retries_total` | counter | `target` (`provider`: the remote search provider; `query_model`: the query model), `reason` (`stale_connection`, the only one): requests of the search's own HTTP client sent again once on a fresh connection because a reused pooled one failed before any answer byte (never the model upstream's: those are `citestream_upstream_retries_total`) |
 //! | `citestream_search_duration_seconds` | histogram | |
 //! | `citestream_upstream_latency_seconds` | histogram | `endpoint`: request sent → upstream response headers |
-//! | `citestream_event_added_latency_seconds` | histogram | time the host spends on one upstream piece of a rewritten stream before its output is ready |
+//! | `citestream_event_added_latency_seconds` | histogram | time the host spends on one upstream piece of a rewritten stream before its output is ready (sampled: the first piece of each stream and every 16th after it) |
 //! | `citestream_open_streams` | gauge | responses being relayed now |
 
 use std::fmt::Write as _;

@@ -712,3 +712,35 @@ async fn request_ids_and_the_open_mode_key_warning() {
         "no key"
     );
 }
+
+/// The event-latency histogram is a sample: the first piece of a rewritten
+/// stream and every 16th after it, so 33 pieces are 3 observations; a
+/// passed stream is not timed at all.
+#[tokio::test]
+async fn event_latency_is_sampled_one_piece_in_sixteen() {
+    let count = |g: &Grounding| {
+        let text = g.metrics().render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("citestream_event_added_latency_seconds_count"))
+            .map(str::to_owned);
+        line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let g = grounding("").await;
+    let mut ex = forwarded(&g, Endpoint::ChatCompletions, true, true).await;
+    let head = ex.on_response_headers(200, &headers(&[SSE])).await;
+    assert_eq!(head.body, BodyPlan::Stream);
+    let ps = pieces(CHAT_SSE, &[1]);
+    assert!(ps.len() > 33);
+    for p in &ps[..33] {
+        ex.on_response_piece(p.clone()).unwrap();
+        while ex.next_output().unwrap().is_some() {}
+    }
+    assert_eq!(count(&g), 3);
+    let g = grounding("").await;
+    let mut ex = forwarded(&g, Endpoint::ChatCompletions, false, true).await;
+    ex.on_response_headers(200, &headers(&[SSE])).await;
+    drive_per_piece(&mut ex, &pieces(CHAT_SSE, &[1]));
+    assert_eq!(count(&g), 0);
+}
