@@ -261,6 +261,17 @@ fn worker(
     })
 }
 
+/// The most an HTTP/1 connection buffers each way, the server's and the
+/// plain-HTTP/1 upstream's (hyper's `max_buf_size`; its default is about
+/// 400 KiB): a request or response head that does not fit is refused (431
+/// for a client's, 502 for an upstream's; hyper checks between reads of
+/// growing size, so a head of up to about twice this may still fit), and
+/// a stream's writes stop taking body chunks once this much waits for a
+/// slow reader. Below glibc's mmap threshold, so a
+/// stream's buffers come from and go back to the heap instead of being
+/// mapped, faulted in page by page and unmapped per connection.
+pub(crate) const HTTP1_BUF: usize = 64 * 1024;
+
 /// Serves `listener` with worker `w`'s state until `shutdown` completes,
 /// then drains as it says.
 pub(crate) async fn serve(
@@ -280,7 +291,8 @@ pub(crate) async fn serve(
         // chunks are slices of its connection's read buffer, which the
         // next read then reuses in place (upstream/h1.rs); one buffer per
         // write, not an iovec per chunk.
-        .writev(false);
+        .writev(false)
+        .max_buf_size(HTTP1_BUF);
     builder
         .http2()
         .timer(TokioTimer::new())

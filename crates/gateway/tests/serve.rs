@@ -178,6 +178,15 @@ async fn host_errors_are_in_the_endpoint_shape_and_never_reach_upstream() {
     }
     let (s, _, _) = post(&gw.url("/v1/models"), &[], "").await;
     assert_eq!(s, 401);
+    // A request head past the 64 KiB read buffer is refused with 431 (hyper
+    // reads in growing steps and checks between them, so only heads over
+    // twice that are refused for certain); one of 40 KiB is read (and
+    // answered by the key check).
+    let pad = "x".repeat(200 * 1024);
+    let (s, _, _) = post(&gw.url("/v1/models"), &[("x-pad", &pad)], "").await;
+    assert_eq!(s, 431);
+    let (s, _, _) = post(&gw.url("/v1/models"), &[("x-pad", &pad[..40 * 1024])], "").await;
+    assert_eq!(s, 401);
     let (s, _, b) = post(&gw.url("/v2/chat/completions"), &good, "{}").await;
     assert_eq!(s, 404);
     assert_shape("/v2", &b);
@@ -212,6 +221,16 @@ async fn upstream_errors_are_relayed_and_failures_are_502_or_504() {
     let (s, h, b) = post(&gw.url("/v1/chat/completions"), &[], &chat_body(true)).await;
     assert_eq!((s, &b), (429, &err));
     assert_eq!(h["x-citestream-search"], "injected");
+
+    // A response head past the 64 KiB read buffer is not relayed: 502.
+    let pad: &'static str = Box::leak("x".repeat(200 * 1024).into_boxed_str());
+    up.reply(Reply::Raw {
+        headers: vec![("content-type", "application/json"), ("x-pad", pad)],
+        body: err.clone(),
+    });
+    let (s, _, b) = post(&gw.url("/v1/chat/completions"), &[], &chat_body(false)).await;
+    assert_eq!(s, 502);
+    assert_shape("/v1/chat/completions", &b);
 
     up.reply(Reply::Hang);
     for path in ["/v1/chat/completions", "/v1/messages"] {

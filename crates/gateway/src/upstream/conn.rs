@@ -250,6 +250,7 @@ where
                 .pool_timer(TokioTimer::new())
                 .pool_idle_timeout(pool.idle_timeout)
                 .pool_max_idle_per_host(idle)
+                .http1_max_buf_size(crate::server::HTTP1_BUF)
                 .build(connector.clone())
         };
         Clients {

@@ -321,13 +321,14 @@ impl H1Pool {
         // As hyper-util's connector (`set_nodelay(true)`); a failure here
         // costs latency, not correctness.
         let _ = tcp.set_nodelay(true);
-        let (send, conn) =
-            http1::handshake(TokioIo::new(tcp))
-                .await
-                .map_err(|e| Failed::Request {
-                    failure: super::classify(&e),
-                    stale: false,
-                })?;
+        let (send, conn) = http1::Builder::new()
+            .max_buf_size(crate::server::HTTP1_BUF)
+            .handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| Failed::Request {
+                failure: super::classify(&e),
+                stale: false,
+            })?;
         Ok(Conn { send, conn })
     }
 
