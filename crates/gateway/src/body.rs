@@ -22,9 +22,12 @@
 //! the exchange is told ([`Exchange::on_broken`]), the client's response
 //! ends as broken as above (or, before a whole body was sent, is a 502),
 //! and dropping the upstream body closes the upstream connection. An
-//! active stream is never cut, however long it lasts. A frame costs one
-//! clock read; the timer is not touched while it is armed (it wakes the
-//! body's task when it fires) and is re-armed only then.
+//! active stream is never cut, however long it lasts. The silence is
+//! measured in eighths of the limit, so a body is cut after at least the
+//! limit and at most about nine eighths of it without a frame. A frame
+//! costs one store (no clock read); the timer fires every eighth of the
+//! limit, is not touched between its firings (it wakes the body's task
+//! when it fires), and the clock is read only then.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -266,15 +269,21 @@ impl Exchanged {
 
 /// The idle limit of one upstream body (see the module docs).
 ///
-/// Per frame it only notes the time. The timer, armed for the limit after
-/// the start, is left alone while it is armed and the same task polls the
-/// body (it wakes that task when it fires); only when it has fired is it
-/// looked at: the body is cut if nothing came for the limit since the
-/// last frame, else the timer is re-armed for the last frame's time plus
-/// the limit.
+/// Per frame it only notes that one came. The timer fires every
+/// [`IdleTimer::TICKS`]th of the limit; at each firing the clock is read
+/// once: when a frame came since the previous firing, the silence starts
+/// again from now (the frame came no later), and the body is cut once the
+/// silence reaches the limit. So it is never cut before the limit of
+/// silence, and at most a tick (plus the task's delay in seeing the timer)
+/// after it.
 pub(crate) struct IdleTimer {
     limit: Duration,
-    last: Instant,
+    tick: Duration,
+    /// A frame came since the last firing.
+    seen: bool,
+    /// No frame came after this (an upper bound of the last frame's time,
+    /// or the start).
+    quiet_since: Instant,
     timer: Pin<Box<Sleep>>,
     /// The waker the armed timer holds (of the last poll that registered
     /// it).
@@ -282,19 +291,31 @@ pub(crate) struct IdleTimer {
 }
 
 impl IdleTimer {
+    /// The limit is measured in this many ticks.
+    const TICKS: u32 = 8;
+
     /// The timer of a body whose response headers just arrived; `None`
     /// when `limit` is zero (no limit).
     pub(crate) fn start(limit: Duration) -> Option<IdleTimer> {
         if limit.is_zero() {
             return None;
         }
-        let last = Instant::now();
+        let now = Instant::now();
+        let tick = limit / Self::TICKS;
         Some(IdleTimer {
             limit,
-            last,
-            timer: Box::pin(tokio::time::sleep_until(last + limit)),
+            tick,
+            seen: false,
+            quiet_since: now,
+            timer: Box::pin(tokio::time::sleep_until(now + tick)),
             waker: None,
         })
+    }
+
+    /// The body handed over a frame.
+    #[inline]
+    fn frame(&mut self) {
+        self.seen = true;
     }
 
     /// The body had nothing: ready once nothing came for the limit.
@@ -319,11 +340,15 @@ impl IdleTimer {
                 }
                 return Poll::Pending;
             }
-            let due = self.last + self.limit;
-            if Instant::now() >= due {
+            let now = Instant::now();
+            if std::mem::take(&mut self.seen) {
+                self.quiet_since = now;
+            }
+            if now >= self.quiet_since + self.limit {
                 return Poll::Ready(IdleTimeout(self.limit));
             }
-            self.timer.as_mut().reset(due);
+            let next = (now + self.tick).min(self.quiet_since + self.limit);
+            self.timer.as_mut().reset(next);
         }
     }
 }
@@ -351,7 +376,7 @@ pub(crate) fn poll_upstream(
     match Pin::new(body).poll_frame(cx) {
         Poll::Ready(r) => {
             if let Some(i) = idle {
-                i.last = Instant::now();
+                i.frame();
             }
             Poll::Ready(r)
         }
@@ -512,6 +537,33 @@ mod tests {
             "cut only after the limit of silence"
         );
         assert!(body.frame().await.is_none(), "then the body ends");
+        drop(tx);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cut_comes_between_the_limit_and_a_tick_after_it() {
+        // Paused time: exact. Limit 800 ms, ticks of 100 ms; frames at
+        // 250 ms and 730 ms (between ticks), then silence: cut no earlier
+        // than 730 + 800 and no later than a tick after.
+        let limit = Duration::from_millis(800);
+        let t0 = Instant::now();
+        let (tx, mut body) = fed(limit).await;
+        for at in [250, 730] {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(t0 + Duration::from_millis(at)).await;
+                tx.send(Bytes::from_static(b"x")).await.unwrap();
+            });
+        }
+        for _ in 0..2 {
+            let f = body.frame().await.unwrap().unwrap();
+            assert_eq!(f.into_data().unwrap(), "x");
+        }
+        let e = body.frame().await.unwrap().expect_err("cut");
+        assert!(e.to_string().contains("sent nothing"), "{e}");
+        let at = t0.elapsed();
+        assert!(at >= Duration::from_millis(1530), "{at:?}");
+        assert!(at <= Duration::from_millis(1630), "{at:?}");
         drop(tx);
     }
 
