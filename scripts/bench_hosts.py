@@ -181,7 +181,9 @@ def spawn(cmd: list[str], tmp: Path, name: str) -> subprocess.Popen:
 class Upstream:
     """scripts/bench_hosts_upstream.py in its own process."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, marker_every: int = 1):
+        # Every `marker_every`th event cites [1] (1: every event; 0: none).
+        self.marker_every = marker_every
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "bench_hosts_upstream.py")],
                                      stdout=subprocess.PIPE, stderr=open(tmp / "upstream.err", "wb"), text=True)
         line = self.proc.stdout.readline()
@@ -196,7 +198,8 @@ class Upstream:
             r.read()
 
     def job(self, events: int, gap_us: int = 0, hold: bool = False) -> None:
-        self.control("/_bench/job", {"events": events, "gap_us": gap_us, "hold": hold})
+        self.control("/_bench/job", {"events": events, "gap_us": gap_us, "hold": hold,
+                                     "marker_every": self.marker_every})
 
     def stop(self) -> None:
         stop_pid(self.proc, 5.0)
@@ -490,6 +493,7 @@ class Plan:
     paced_events: int
     gap_us: int
     rss_steps: tuple[int, ...]
+    marker_every: int = 1  # every Nth event cites [1] (0: none)
 
 
 def measure_load(up: Upstream, peer: Peer, streams: int, events: int, gap_us: int,
@@ -624,12 +628,15 @@ def report(plan: Plan, peers: list[Peer], res: dict, use_perf: bool, notes: list
     sk = "perf_sys" if use_perf else "sys"
     ck = "perf_ctx" if use_perf else "ctx"
     gap = plan.gap_us / 1000
+    n = plan.marker_every
+    marks = ("every event's text cites `[1]`" if n == 1 else "no event cites a source" if n == 0
+             else f"every {n}th event's text cites `[1]`")
     lines = [
         f"Host benchmark, {when}, commit {commit}{' (with local changes)' if dirty else ''}, "
         f"`nproc` {os.cpu_count()}, load average before the run {os.getloadavg()[0]:.2f}.",
         f"Medians of {plan.reps} interleaved repetitions. Unpaced: 1 stream x {plan.unpaced_events:,} events; "
         f"paced: {plan.paced_streams} streams x {plan.paced_events} events, {gap:g} ms apart (latency also at "
-        f"1 stream x {plan.paced1_events}); 226-byte events. Syscalls and context switches: {src}. "
+        f"1 stream x {plan.paced1_events}); 226-byte events, {marks}. Syscalls and context switches: {src}. "
         f"RSS: slope over {', '.join(map(str, plan.rss_steps))} streams held open. Every peer runs one worker "
         "(`citestream serve`: `server.workers = 1`).",
         "",
@@ -707,6 +714,9 @@ def build(args: argparse.Namespace) -> tuple[str, str | None, list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description="Host benchmark (see the module doc).")
     ap.add_argument("--quick", action="store_true", help="a tiny bounded run (smoke test)")
+    ap.add_argument("--marker-every", type=int, default=1, metavar="N",
+                    help="every Nth event's text cites [1] (default 1: every event, so a rewritten unpaced "
+                         "stream ends with 5,000 annotations; 0: no event does)")
     ap.add_argument("--reps", type=int, help="repetitions (default 5, --quick 1)")
     ap.add_argument("--bin", help="citestream binary (default: cargo build --release)")
     ap.add_argument("--noop-bin", help="the do-nothing ext_proc processor binary")
@@ -727,6 +737,7 @@ def main() -> None:
         plan = Plan(reps=5, unpaced_events=5000, paced1_events=500, paced_streams=50, paced_events=100,
                     gap_us=2000, rss_steps=(100, 200, 300, 400, 500))
     plan.reps = args.reps or plan.reps
+    plan.marker_every = args.marker_every
     bin_, noop, notes = build(args)
     os.environ["CITESTREAM_BIN"] = str(Path(bin_).resolve())
     envoy_bin()  # fails loudly without the wheel
@@ -735,7 +746,7 @@ def main() -> None:
         why = "--no-perf was given" if args.no_perf else "perf is not available here"
         notes.append(f"{why}: syscalls and context switches come from /proc")
     tmp = Path(tempfile.mkdtemp(prefix="bench-hosts-"))
-    up = Upstream(tmp)
+    up = Upstream(tmp, args.marker_every)
     peers: list[Peer] = []
     # (what --only matches, how to start it), in the table's order.
     starters = [("nginx", lambda: start_nginx(up, tmp)), ("Envoy router only", lambda: start_envoy_router(up, tmp)),

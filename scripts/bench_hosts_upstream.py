@@ -5,7 +5,8 @@ model server in its own process (stdlib only, one `selectors` loop).
 Usage: bench_hosts_upstream.py [--port N]   (prints `listening PORT`, serves until killed)
 
 Contract
-* `POST /_bench/job` with `{"events": N, "gap_us": G, "hold": false}` sets
+* `POST /_bench/job` with `{"events": N, "gap_us": G, "hold": false,
+  "marker_every": M}` sets
   what every later stream gets (the job crosses any proxy unchanged because
   no proxy sees it); `POST /_bench/release` ends every held stream.
 * Any other request (a chat completions call from a proxy, whatever its
@@ -15,7 +16,9 @@ Contract
   content starts with `ts-<16 digits>-`: `time.monotonic_ns()` when the
   event was written (CLOCK_MONOTONIC, the same clock in every process, so
   a client reads its latency from the bytes; a proxy that re-serializes
-  events, like LiteLLM, keeps the content).
+  events, like LiteLLM, keeps the content). Every `M`th event's text cites
+  source `[1]` (`M = 1`, the default: every event; `0`: none); the others
+  read `(1)` in its place, so every event has the same size.
 * `gap_us = 0`: unpaced; all N events are queued at once and written as
   fast as the socket takes them (stamped with the queueing time plus the
   event's index in ns, so no two are alike). `gap_us > 0`: the first event at once,
@@ -40,6 +43,7 @@ EVENT_BYTES = 226
 _HEAD = 'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench","choices":[{"index":0,"delta":{"content":"ts-'
 _TAIL = '"},"finish_reason":null}]}\n\n'
 _TEXT = "- Lisbon is sunny today [1]. "
+_PLAIN = "- Lisbon is sunny today (1). "  # the same size, no marker
 _PAD = EVENT_BYTES - len(_HEAD) - 16 - len(_TEXT) - len(_TAIL)
 assert _PAD >= 0, _PAD
 _FINISH = ('data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench",'
@@ -47,9 +51,10 @@ _FINISH = ('data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","creat
 RESPONSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
-def event(ts_ns: int) -> bytes:
-    """One event of exactly EVENT_BYTES bytes stamped with `ts_ns`."""
-    return f"{_HEAD}{ts_ns:016d}{_TEXT}{'x' * _PAD}{_TAIL}".encode()
+def event(ts_ns: int, marked: bool = True) -> bytes:
+    """One event of exactly EVENT_BYTES bytes stamped with `ts_ns`; its text
+    cites `[1]` when `marked`."""
+    return f"{_HEAD}{ts_ns:016d}{_TEXT if marked else _PLAIN}{'x' * _PAD}{_TAIL}".encode()
 
 
 def chunk(data: bytes) -> bytes:
@@ -65,6 +70,7 @@ class Conn:
         self.inbuf = bytearray()
         self.out = bytearray()
         self.left = 0  # events still to write in the current response
+        self.sent = 0  # events written in the current response
         self.gap_ns = 0
         self.due = 0  # when the event just written was due (ns)
         self.streaming = False
@@ -78,7 +84,7 @@ class Upstream:
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ)
         self.port = self.listener.getsockname()[1]
-        self.job = {"events": 10, "gap_us": 0, "hold": False}
+        self.job = {"events": 10, "gap_us": 0, "hold": False, "marker_every": 1}
         self.timers: list[tuple[int, int, Conn]] = []  # (time ns, tiebreak, conn)
         self.held: list[Conn] = []
         self.conns: set[Conn] = set()
@@ -119,14 +125,19 @@ class Upstream:
         c.streaming = False
 
     # -- one response ----------------------------------------------------
+    def marked(self, i: int) -> bool:
+        every = int(self.job["marker_every"])
+        return every > 0 and i % every == 0
+
     def start_stream(self, c: Conn) -> None:
         job = self.job
         c.streaming, c.left, c.gap_ns = True, int(job["events"]), int(job["gap_us"]) * 1000
+        c.sent = 0
         self.send(c, RESPONSE_HEAD)
         if c.gap_ns == 0 and not job["hold"]:
             # Each stamp distinct: LiteLLM ends a stream that repeats a chunk.
             ts = time.monotonic_ns()
-            self.send(c, b"".join(chunk(event(ts + i)) for i in range(c.left)) + END)
+            self.send(c, b"".join(chunk(event(ts + i, self.marked(i))) for i in range(c.left)) + END)
             c.left, c.streaming = 0, False
             return
         c.due = time.monotonic_ns()
@@ -137,8 +148,9 @@ class Upstream:
 
     def next_event(self, c: Conn) -> None:
         if c.left > 0:
-            self.send(c, chunk(event(time.monotonic_ns())))
+            self.send(c, chunk(event(time.monotonic_ns(), self.marked(c.sent))))
             c.left -= 1
+            c.sent += 1
         if c.left == 0:
             self.send(c, END)
             c.streaming = False
@@ -172,7 +184,7 @@ class Upstream:
 
     def control(self, c: Conn, path: str, body: bytes) -> None:
         if path == "/_bench/job":
-            self.job = {"events": 10, "gap_us": 0, "hold": False, **json.loads(body)}
+            self.job = {"events": 10, "gap_us": 0, "hold": False, "marker_every": 1, **json.loads(body)}
         elif path == "/_bench/release":
             for h in self.held:
                 if h.streaming:
