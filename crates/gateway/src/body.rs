@@ -189,10 +189,10 @@ impl Body for Exchanged {
             // waiting and once the body finished).
             if !this.passes {
                 if let Some(h) = this.head.take() {
-                    return Poll::Ready(Some(Ok(Frame::data(h))));
+                    return this.data(h);
                 }
                 match this.exchange.next_output() {
-                    Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                    Ok(Some(out)) => return this.data(out),
                     Ok(None) => {}
                     Err(e) => {
                         this.finished = true;
@@ -214,7 +214,7 @@ impl Body for Exchanged {
                         let first = this.exchange.on_response_piece(data);
                         this.passes = this.exchange.passes();
                         match first {
-                            Ok(Some(out)) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                            Ok(Some(out)) => return this.data(out),
                             Ok(None) => {}
                             Err(e) => {
                                 this.finish();
@@ -243,7 +243,27 @@ impl Body for Exchanged {
     }
 }
 
+/// The most one frame of [`Exchanged`] carries: a larger output (a
+/// rewritten event with many annotations, a rewritten whole body) is handed
+/// over in slices of this size (no copy), so hyper's HTTP/1 write buffer,
+/// which takes a whole frame whenever it holds less than its limit, stays
+/// within about twice that instead of growing to the size of the output.
+const MAX_FRAME: usize = crate::server::HTTP1_BUF;
+
 impl Exchanged {
+    /// `out` as the next frame: its first [`MAX_FRAME`] bytes, the rest
+    /// kept to go first at the next poll.
+    #[inline]
+    fn data(&mut self, mut out: Bytes) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if out.len() > MAX_FRAME {
+            let first = out.split_to(MAX_FRAME);
+            self.head = Some(out);
+            self.passes = false;
+            out = first;
+        }
+        Poll::Ready(Some(Ok(Frame::data(out))))
+    }
+
     /// The upstream body is done with (ended, broken or undecodable).
     fn finish(&mut self) {
         self.finished = true;
@@ -452,7 +472,7 @@ mod tests {
     use tokio::sync::mpsc;
     use tokio::time::Instant;
 
-    use super::{BoxError, Exchanged, IdleTimer};
+    use super::{BoxError, Exchanged, IdleTimer, MAX_FRAME};
 
     /// A body whose frames a test sends through a channel (ends when the
     /// sender is dropped).
@@ -583,6 +603,35 @@ mod tests {
             .expect("cut within 10 s");
         assert!(r.unwrap().is_err());
         drop(tx);
+    }
+
+    #[tokio::test]
+    async fn outputs_larger_than_a_frame_go_out_in_slices_of_it() {
+        // A 200 KB output waiting (as `after` holds the exchange's first),
+        // then the upstream's pieces: frames of at most MAX_FRAME bytes,
+        // slices of the output (no copy), in order, nothing lost.
+        let big = Bytes::from((0..200_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+        let (tx, rx) = mpsc::channel(4);
+        let body =
+            Exchanged::new(Fed(rx).boxed(), exchange().await, true, None, None).after(big.clone());
+        tx.send(Bytes::from_static(b"tail")).await.unwrap();
+        drop(tx);
+        let mut body = std::pin::pin!(body);
+        let mut frames = Vec::new();
+        while let Some(f) = body.frame().await {
+            frames.push(f.unwrap().into_data().unwrap());
+        }
+        let sizes: Vec<usize> = frames.iter().map(Bytes::len).collect();
+        assert_eq!(
+            sizes,
+            [MAX_FRAME, MAX_FRAME, MAX_FRAME, 200_000 - 3 * MAX_FRAME, 4]
+        );
+        assert_eq!(
+            frames[1].as_ptr(),
+            big[MAX_FRAME..].as_ptr(),
+            "a slice, not a copy"
+        );
+        assert_eq!(frames.concat(), [&big[..], b"tail"].concat());
     }
 
     #[tokio::test]
