@@ -35,10 +35,11 @@ fi
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/fuzz/target}
 corpus=fuzz/corpus/$target
 mkdir -p "$corpus"
-# The rewriter targets get the JSON/chunk dictionary, the parser ones the
-# SSE one; all start from the recorded streams.
+# The rewriter targets get the JSON/chunk dictionary, the HTTP/1 one its
+# own, the parser ones the SSE one; all start from the recorded streams.
 case $target in
     chat_*|messages_*|responses_*|request) dict=fuzz/chat.dict ;;
+    h1_*) dict=fuzz/h1.dict ;;
     *) dict=fuzz/sse.dict ;;
 esac
 

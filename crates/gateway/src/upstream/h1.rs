@@ -1,96 +1,135 @@
 //! Plain-HTTP/1 upstreams (an `http://` model server reached directly, not
-//! through `HTTP_PROXY`): their connections driven inside the request's own
-//! task, so one read of the upstream becomes one write to the client.
+//! through `HTTP_PROXY`): connections of our own, read and written by the
+//! request's own task, so one read of the upstream becomes one write to the
+//! client. The HTTP/1.1 itself (request head and framing, response head,
+//! body framing) is `citestream-h1`'s, without I/O; this module is its I/O.
 //!
 //! Contract:
-//! * A connection is hyper's HTTP/1 client connection over a TCP stream
-//!   (`TCP_NODELAY`), connected within `upstream.connect_timeout`. No task
-//!   is spawned for it: the request's task polls it together with the
-//!   request until the response head arrives ([`H1Pool::send`]), then the
-//!   response body ([`Driven`]) polls it at each of its own polls.
-//! * One write per read: a poll of the body hands over the next chunk the
-//!   connection has decoded (reading the socket only when none is left),
-//!   and the gateway's server polls its body again after every frame until
-//!   it is `Pending`, copying each chunk into its one write buffer
-//!   (`writev(false)` in `server.rs`: the chunk, a slice of this
-//!   connection's read buffer, is dropped at once, so the next read reuses
-//!   that buffer in place instead of allocating one), so what one read of
-//!   the upstream brought goes to the client in one write. It never waits
-//!   for more data: a poll is `Pending` only when nothing decoded is left
-//!   and the upstream socket would block.
-//! * Polled without waking itself: the connection and hyper's body channel
-//!   are polled with a waker of the body's own ([`Relay`]). hyper's channel
-//!   wakes its other end as a chunk is put in or taken out, both inside the
-//!   same poll here: such wakes are noted and make the poll look again (at
-//!   most [`ROUNDS`] times in a row without data, then the task is woken);
-//!   only a wake from outside a poll (the upstream socket became readable)
-//!   wakes the request's task. A poll with nothing woken since a look found
-//!   the connection waiting returns `Pending` without touching it (the
-//!   server polls its body again after every frame, and other parts of the
-//!   request's task wake it too).
-//! * The pool ([`H1Pool`]): a connection whose response body ended and that
-//!   can take another request is kept idle, at most
+//! * A connection is a TCP stream (`TCP_NODELAY`) and its read buffer,
+//!   connected within `upstream.connect_timeout`. No task is spawned for
+//!   it: [`H1Pool::send`] writes the request and reads the response head
+//!   in the request's task, and the response body ([`Driven`]) reads the
+//!   socket at its own polls, registering the waker of whoever polls it.
+//! * The request: its head and, when it is whole, its body go out in one
+//!   write; a streamed body follows as it comes, framed by its
+//!   `content-length` or chunked (`citestream_h1::request`). A response
+//!   that comes before the request is all written ends the writing (the
+//!   upstream answered early, an error most often), and its connection is
+//!   not kept. `1xx` answers are skipped; `101` is an error (no upgrade is
+//!   asked for).
+//! * One write per read: a poll of the body hands over the next data the
+//!   read buffer holds (a zero-copy slice of it: the rest of the current
+//!   chunk, or of a `content-length` or close-delimited body, that has
+//!   arrived), reading the socket only when nothing is left to hand over;
+//!   the gateway's server polls its body again after every frame until it
+//!   is `Pending`, copying each into its one write buffer (`writev(false)`
+//!   in `server.rs`: the slice is dropped at once, so the next read reuses
+//!   the read buffer in place), so what one read of the upstream brought
+//!   goes to the client in one write. It never waits for more data: a poll
+//!   is `Pending` only when the buffer holds nothing to hand over and the
+//!   upstream socket would block.
+//! * Bounded: the read buffer grows by [`READ_SIZE`] at a time, to at most
+//!   a response head (or trailer section) of [`crate::server::HTTP1_BUF`]
+//!   bytes plus one read; a larger head is a 502.
+//! * The pool ([`H1Pool`]): a connection whose response ended, that the
+//!   response allows to be kept (`citestream_h1::response`: HTTP/1.1
+//!   without `connection: close`, a body not delimited by the close) and
+//!   with nothing left unread is kept idle, at most
 //!   `upstream.pool_max_idle_per_host` per host (`host:port`), for
 //!   `upstream.pool_idle_timeout`. Checkout takes the most recently parked
-//!   one, polling it once first: one the peer closed (or that failed) and
-//!   one parked longer than the idle timeout are closed instead. One pool per
-//!   [`super::Upstream`] value (one per worker thread when the server runs
-//!   one runtime per core); a connection serves one request at a time and
-//!   moves with it.
+//!   one, looking at its socket once first: one the peer closed (or that
+//!   sent anything unasked) and one parked longer than the idle timeout are
+//!   closed instead. One pool per [`super::Upstream`] value (one per worker
+//!   thread when the server runs one runtime per core); a connection serves
+//!   one request at a time and moves with it.
 //! * Parked connections are watched: one task per pool ([`watch`], spawned
 //!   on the runtime of the first connection parked, ending with the pool)
-//!   is the waker every parked connection is polled with. A connection the
+//!   is the waker every parked socket is registered with. A connection the
 //!   peer closes while parked wakes it and is closed at once, not at the
 //!   next checkout, so its socket is not held open; the task also closes
 //!   each parked connection as it expires (its timer is the earliest
-//!   expiry). Nothing else wakes it: a checkout polls the connection with
+//!   expiry). Nothing else wakes it: a checkout looks at the socket with
 //!   the request's own task before using it.
 //! * A body dropped before its end closes its connection (the upstream
 //!   request is cancelled); so does a body that failed. A body dropped
 //!   after its end (hyper's server stops polling a body whose length is
-//!   known once it is complete) still returns its connection to the pool.
+//!   known once it is complete) still returns its connection to the pool:
+//!   the last data of a `content-length` body returns it as it is handed
+//!   over.
 //! * Failures ([`Failed`]): no connection ([`Failed::Connect`]: refused,
-//!   unreachable, timed out), or the request's own ([`Failed::Request`]),
-//!   marked stale when a reused connection was closed or reset by the peer
-//!   before any byte of the response (the keep-alive race).
+//!   unreachable, timed out), or the request's own ([`Failed::Request`]:
+//!   the socket failed or closed, or the answer is not HTTP/1), marked
+//!   stale when a reused connection was closed or reset by the peer before
+//!   any byte of the response (the keep-alive race).
 //! * Nothing here can strand a request: the connection that carries it is
-//!   polled by the task that waits for its answer, so a connection the peer
+//!   read by the task that waits for its answer, so a connection the peer
 //!   closes ends that wait with an error at once (the hand-off bound of
 //!   hyper-util's pool, [`super::conn::Handed`], does not apply here).
 
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
+use std::io;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
+use citestream_h1::body::{BodyDecoder, Decoded};
+use citestream_h1::request::{self, RequestFraming};
+use citestream_h1::response::{self, ResponseHead};
 use http::uri::Authority;
-use http::{Request, Response};
+use http::{Method, Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::UpstreamFailure;
 use super::conn::PoolSettings;
 use crate::body::{AnyBody, BoxError};
+use crate::server::HTTP1_BUF;
 
-/// One connection: hyper's request sender and the connection future that
-/// does its I/O (polled by whoever holds it).
+/// What the read buffer grows by when it has less than [`READ_MIN`] free
+/// (it is reused in place once the slices handed over are dropped).
+pub(crate) const READ_SIZE: usize = 16 * 1024;
+
+/// The least free room a read is made with.
+const READ_MIN: usize = 2 * 1024;
+
+/// One connection: its socket and what has been read from it and not yet
+/// handed over.
 struct Conn {
-    send: http1::SendRequest<AnyBody>,
-    conn: http1::Connection<TokioIo<TcpStream>, AnyBody>,
+    io: TcpStream,
+    buf: BytesMut,
 }
 
 impl Conn {
-    /// Polls the connection once: whether it is still open and can take a
-    /// request.
+    /// Looks at the socket once (registering `cx`'s waker for its next
+    /// readiness): whether it is still open with nothing unasked to read,
+    /// so it can take a request.
     fn reusable(&mut self, cx: &mut Context<'_>) -> bool {
-        Pin::new(&mut self.conn).poll(cx).is_pending() && self.send.is_ready()
+        let mut one = [0u8; 1];
+        self.buf.is_empty()
+            && self
+                .io
+                .poll_peek(cx, &mut ReadBuf::new(&mut one))
+                .is_pending()
+    }
+
+    /// Reads what the socket has into the buffer: how many bytes (0: the
+    /// peer closed it). `Pending` registers `cx`'s waker.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < READ_MIN {
+            self.buf.reserve(READ_SIZE);
+        }
+        loop {
+            ready!(self.io.poll_read_ready(cx))?;
+            match self.io.try_read_buf(&mut self.buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
     }
 }
 
@@ -110,12 +149,20 @@ pub(crate) enum Failed {
     Request {
         failure: UpstreamFailure,
         /// On a reused (parked) connection, the peer closed or reset it
-        /// before any byte of the response ([`super::conn::closed_by_peer`]):
-        /// the keep-alive race; the request is safe to send again.
+        /// before any byte of the response: the keep-alive race; the
+        /// request is safe to send again.
         stale: bool,
     },
 }
 
+impl Failed {
+    fn request(msg: String) -> Failed {
+        Failed::Request {
+            failure: UpstreamFailure::Unreachable(msg),
+            stale: false,
+        }
+    }
+}
 /// The parked connections and the task that watches them.
 #[derive(Default)]
 struct Idle {
@@ -308,39 +355,35 @@ impl H1Pool {
             }
             Ok(Err(e)) => {
                 let msg = format!("connect to {host}: {e}");
-                return Err(Failed::Connect(
-                    if e.kind() == std::io::ErrorKind::TimedOut {
-                        UpstreamFailure::Timeout(msg)
-                    } else {
-                        UpstreamFailure::Unreachable(msg)
-                    },
-                ));
+                return Err(Failed::Connect(if e.kind() == io::ErrorKind::TimedOut {
+                    UpstreamFailure::Timeout(msg)
+                } else {
+                    UpstreamFailure::Unreachable(msg)
+                }));
             }
             Ok(Ok(s)) => s,
         };
-        // As hyper-util's connector (`set_nodelay(true)`); a failure here
-        // costs latency, not correctness.
+        // A failure here costs latency, not correctness.
         let _ = tcp.set_nodelay(true);
-        let (send, conn) = http1::Builder::new()
-            .max_buf_size(crate::server::HTTP1_BUF)
-            .handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|e| Failed::Request {
-                failure: super::classify(&e),
-                stale: false,
-            })?;
-        Ok(Conn { send, conn })
+        Ok(Conn {
+            io: tcp,
+            buf: BytesMut::new(),
+        })
     }
 
     /// Sends `req` (origin-form URI, with its `host` header) to `host` on a
     /// parked connection (unless `fresh`) or a new one, and waits for the
-    /// response head, driving the connection in this task.
+    /// response head, reading and writing the connection in this task.
     pub(crate) async fn send(
         &self,
         host: &Authority,
         req: Request<AnyBody>,
         fresh: bool,
     ) -> Result<Response<Driven>, Failed> {
+        let (parts, body) = req.into_parts();
+        let framing =
+            RequestFraming::choose(&parts.method, &parts.headers, body.size_hint().exact())
+                .map_err(|e| Failed::request(format!("request: {e}")))?;
         let parked = if fresh {
             None
         } else {
@@ -351,196 +394,266 @@ impl H1Pool {
             Some(c) => c,
             None => self.connect(host).await?,
         };
-        let mut answer = pin!(c.send.send_request(req));
-        let mut closed = false;
+        let mut out = Vec::with_capacity(1024);
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        request::write_head(&parts.method, target, &parts.headers, framing, &mut out);
+        let mut sending = Sending {
+            out,
+            at: 0,
+            body: Some(body),
+            framing,
+            sent: 0,
+        };
+        let to_head = parts.method == Method::HEAD;
+        let mut written = false;
+        let mut write_error = None;
+        let mut answered = false;
         let head = poll_fn(|cx| {
-            if !closed && Pin::new(&mut c.conn).poll(cx).is_ready() {
-                // Closed or failed: the answer's future has the error.
-                closed = true;
+            if !written && write_error.is_none() {
+                match sending.poll(&mut c.io, cx) {
+                    Poll::Ready(Ok(())) => written = true,
+                    Poll::Ready(Err(e)) => write_error = Some(e),
+                    Poll::Pending => {}
+                }
             }
-            match answer.as_mut().poll(cx) {
-                Poll::Ready(r) => Poll::Ready(r.map_err(Some)),
-                // (hyper answers the request with the connection's error
-                // before the connection ends: a guard against waiting
-                // forever.)
-                Poll::Pending if closed => Poll::Ready(Err(None)),
-                Poll::Pending => Poll::Pending,
+            loop {
+                match response::parse(&c.buf, to_head, HTTP1_BUF) {
+                    Ok(Some((h, len))) if h.informational() => {
+                        if h.status == http::StatusCode::SWITCHING_PROTOCOLS {
+                            return Poll::Ready(Err(Failed::request(
+                                "the upstream switched protocols unasked".into(),
+                            )));
+                        }
+                        c.buf.advance(len);
+                        continue;
+                    }
+                    Ok(Some((h, len))) => {
+                        c.buf.advance(len);
+                        return Poll::Ready(Ok(h));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        return Poll::Ready(Err(Failed::request(format!(
+                            "the upstream's answer: {e}"
+                        ))));
+                    }
+                }
+                let stale = reused && !answered;
+                match c.poll_fill(cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(Failed::Request {
+                            failure: UpstreamFailure::Unreachable(
+                                "the upstream connection closed before the response".into(),
+                            ),
+                            stale,
+                        }));
+                    }
+                    Poll::Ready(Ok(_)) => answered = true,
+                    Poll::Ready(Err(e)) => {
+                        return Poll::Ready(Err(Failed::Request {
+                            failure: super::classify(&e),
+                            stale: stale && closed_by_peer(&e),
+                        }));
+                    }
+                }
+            }
+            // Nothing (more) to read; a request that cannot be written,
+            // with no answer to it so far, has failed.
+            match write_error.take() {
+                Some(Sent::Io(e)) => Poll::Ready(Err(Failed::Request {
+                    failure: super::classify(&e),
+                    stale: reused && !answered && closed_by_peer(&e),
+                })),
+                Some(Sent::Body(e)) => Poll::Ready(Err(Failed::request(format!(
+                    "the request body failed: {e}"
+                )))),
+                Some(Sent::Framing(what)) => Poll::Ready(Err(Failed::request(what.into()))),
+                None => Poll::Pending,
             }
         })
-        .await;
-        let resp = head.map_err(|e| match e {
-            Some(e) => Failed::Request {
-                failure: super::classify(&e),
-                stale: reused && super::conn::closed_by_peer(&e),
-            },
-            None => Failed::Request {
-                failure: UpstreamFailure::Unreachable(
-                    "the upstream connection closed before the response".into(),
-                ),
-                stale: reused,
-            },
-        })?;
-        let host = host.clone();
-        let pool = self.clone();
-        Ok(resp.map(|body| Driven::new(body, (!closed).then_some(c), pool, host)))
+        .await?;
+        // An answer before the whole request: the connection is not kept.
+        let keep_alive = head.keep_alive && written;
+        Ok(Driven::response(
+            head,
+            c,
+            keep_alive,
+            self.clone(),
+            host.clone(),
+        ))
     }
 }
 
-/// The waker the connection and its body channel are polled with inside
-/// [`Driven::poll_frame`]: a wake while that poll runs (hyper's body
-/// channel wakes its other end as a chunk is put in or taken out, both in
-/// this very poll) is only noted, and the poll looks again; one from
-/// outside it (the upstream socket became readable) wakes the request's
-/// task. Without it every piece would wake the task from inside its own
-/// poll and hyper's server would poll the whole connection again for
-/// nothing.
-#[derive(Debug, Default)]
-struct Relay {
-    /// [`POLLING`] and [`NOTED`].
-    state: AtomicU8,
-    /// The request's task, as of the body's last poll.
-    task: Mutex<Option<Waker>>,
+/// Whether an I/O error on a reused connection means the peer had closed
+/// it (the keep-alive race), not that something else failed.
+fn closed_by_peer(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+    )
 }
 
-/// [`Relay::state`]: the body is being polled.
-const POLLING: u8 = 1;
-/// [`Relay::state`]: woken since the poll began.
-const NOTED: u8 = 2;
+/// Why a request could not be written.
+#[derive(Debug)]
+enum Sent {
+    Io(io::Error),
+    /// The client's streamed body failed.
+    Body(BoxError),
+    /// The body did not match its `content-length`.
+    Framing(&'static str),
+}
 
-impl Relay {
-    fn task(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
-        self.task.lock().unwrap_or_else(|e| e.into_inner())
-    }
+/// A request being written: the bytes framed so far (`out[at..]` not
+/// written yet) and the rest of its body.
+struct Sending {
+    out: Vec<u8>,
+    at: usize,
+    /// Until its end has been framed.
+    body: Option<AnyBody>,
+    framing: RequestFraming,
+    /// Body bytes framed so far.
+    sent: u64,
+}
 
-    /// Wakes from outside a poll go to the task of `cx` from now on.
-    fn register(&self, cx: &Context<'_>) {
-        let mut t = self.task();
-        if !t.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            *t = Some(cx.waker().clone());
+impl Sending {
+    /// Frames what the body has (while less than [`READ_SIZE`] is waiting
+    /// to be written) and writes it; `Ready(Ok)` when all of it is written.
+    fn poll(&mut self, io: &mut TcpStream, cx: &mut Context<'_>) -> Poll<Result<(), Sent>> {
+        loop {
+            while self.out.len() - self.at < READ_SIZE {
+                let Some(body) = self.body.as_mut() else {
+                    break;
+                };
+                match Pin::new(body).poll_frame(cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(Sent::Body(e))),
+                    // (Request trailers are not sent.)
+                    Poll::Ready(Some(Ok(f))) => {
+                        if let Ok(d) = f.into_data() {
+                            self.frame(&d)?;
+                        }
+                    }
+                    Poll::Ready(None) => {
+                        self.body = None;
+                        match self.framing {
+                            RequestFraming::Chunked => {
+                                self.out.extend_from_slice(request::LAST_CHUNK)
+                            }
+                            RequestFraming::Length { len, .. } if len != self.sent => {
+                                return Poll::Ready(Err(Sent::Framing(
+                                    "the request body is shorter than its content-length",
+                                )));
+                            }
+                            RequestFraming::Length { .. } => {}
+                        }
+                    }
+                }
+            }
+            if self.at == self.out.len() {
+                self.out.clear();
+                self.at = 0;
+                return if self.body.is_none() {
+                    Poll::Ready(Ok(()))
+                } else {
+                    Poll::Pending
+                };
+            }
+            match ready!(Pin::new(&mut *io).poll_write(cx, &self.out[self.at..])) {
+                Ok(0) => return Poll::Ready(Err(Sent::Io(io::ErrorKind::WriteZero.into()))),
+                Ok(n) => self.at += n,
+                Err(e) => return Poll::Ready(Err(Sent::Io(e))),
+            }
         }
     }
 
-    /// Whether anything woke the relay since the last [`Relay::end`].
-    fn woken(&self) -> bool {
-        self.state.load(Ordering::SeqCst) & NOTED != 0
-    }
-
-    /// One look begins: wakes are noted from now on.
-    fn begin(&self) {
-        self.state.store(POLLING, Ordering::SeqCst);
-    }
-
-    /// The look ends: whether a wake came while it ran (a later one wakes
-    /// the task).
-    fn end(&self) -> bool {
-        self.state.fetch_and(!POLLING, Ordering::SeqCst) & NOTED != 0
-    }
-}
-
-impl Wake for Relay {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        // One atomic step: a wake either lands inside a look (which sees it
-        // at its end) or wakes the task; either way it is noted.
-        if self.state.fetch_or(NOTED, Ordering::SeqCst) & POLLING == 0
-            && let Some(w) = self.task().as_ref()
-        {
-            w.wake_by_ref();
+    /// Frames one piece of the body.
+    fn frame(&mut self, d: &[u8]) -> Result<(), Sent> {
+        if d.is_empty() {
+            return Ok(());
+        }
+        self.sent += d.len() as u64;
+        match self.framing {
+            RequestFraming::Length { len, .. } if self.sent > len => Err(Sent::Framing(
+                "the request body is longer than its content-length",
+            )),
+            RequestFraming::Length { .. } => {
+                self.out.extend_from_slice(d);
+                Ok(())
+            }
+            RequestFraming::Chunked => {
+                request::chunk_head(d.len(), &mut self.out);
+                self.out.extend_from_slice(d);
+                self.out.extend_from_slice(request::CHUNK_END);
+                Ok(())
+            }
         }
     }
 }
 
-/// How many times one poll of [`Driven`] looks again after a look that
-/// found nothing but was woken from inside before it leaves the rest to
-/// its task (hyper's connection yields by waking itself after 16
-/// turns of its loop: this bounds that).
-const ROUNDS: usize = 4;
-
-/// The response body of a plain-HTTP/1 upstream, which drives its
+/// The response body of a plain-HTTP/1 upstream, which reads its
 /// connection (see the module doc).
 pub(crate) struct Driven {
-    io: Io,
-    /// Nothing woke the relay since the last look found the connection
-    /// waiting: a poll then has nothing to look at.
-    quiet: bool,
-    relay: Arc<Relay>,
-    /// `relay` as a waker (made once: the wakers hyper and tokio keep are
-    /// then this one, not clones).
-    waker: Waker,
-}
-
-/// What [`Driven`] polls.
-struct Io {
-    body: Incoming,
-    /// Until the body ends or the connection closes.
+    /// Until the body ends or fails.
     conn: Option<Conn>,
+    decoder: BodyDecoder,
+    /// The response allows the connection to be kept after its body.
+    keep_alive: bool,
     pool: H1Pool,
     host: Authority,
     ended: bool,
 }
 
 impl Driven {
-    fn new(body: Incoming, conn: Option<Conn>, pool: H1Pool, host: Authority) -> Driven {
-        let relay = Arc::new(Relay::default());
-        Driven {
-            io: Io {
-                body,
-                conn,
-                pool,
-                host,
-                ended: false,
-            },
-            quiet: false,
-            waker: Waker::from(relay.clone()),
-            relay,
+    /// The response of `head`, whose body is read from `conn`.
+    fn response(
+        head: ResponseHead,
+        conn: Conn,
+        keep_alive: bool,
+        pool: H1Pool,
+        host: Authority,
+    ) -> Response<Driven> {
+        let body = Driven {
+            conn: Some(conn),
+            decoder: BodyDecoder::new(head.framing, HTTP1_BUF),
+            keep_alive,
+            pool,
+            host,
+            ended: false,
+        };
+        let mut resp = Response::new(body);
+        *resp.status_mut() = head.status;
+        *resp.version_mut() = head.version;
+        *resp.headers_mut() = head.headers;
+        // A reason phrase of its own is kept (hyper's server writes it).
+        if head.status.canonical_reason().map(str::as_bytes) != Some(&head.reason[..])
+            && let Ok(r) = hyper::ext::ReasonPhrase::try_from(head.reason)
+        {
+            resp.extensions_mut().insert(r);
         }
+        resp
     }
-}
 
-impl Io {
-    /// The body ended: its connection goes back to the pool (which keeps it
-    /// if it can take another request).
+    /// The body ended: its connection goes back to the pool if the
+    /// response allows it and nothing unasked was read after the body.
     fn end(&mut self) {
         self.ended = true;
-        if let Some(c) = self.conn.take() {
+        if let Some(c) = self.conn.take()
+            && self.keep_alive
+            && c.buf.is_empty()
+        {
             self.pool.checkin(self.host.clone(), c);
         }
     }
 
-    /// One look: the connection reads and decodes what has arrived (at most
-    /// one chunk fits hyper's body channel), then the channel is read.
-    fn look(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Some(c) = self.conn.as_mut()
-            && Pin::new(&mut c.conn).poll(cx).is_ready()
-        {
-            // Closed or failed: the body's channel has its end or error.
-            self.conn = None;
-        }
-        match Pin::new(&mut self.body).poll_frame(cx) {
-            Poll::Ready(Some(Ok(f))) => Poll::Ready(Some(Ok(f))),
-            Poll::Ready(Some(Err(e))) => {
-                self.ended = true;
-                self.conn = None;
-                Poll::Ready(Some(Err(e.into())))
-            }
-            Poll::Ready(None) => {
-                self.end();
-                Poll::Ready(None)
-            }
-            Poll::Pending if self.conn.is_none() => {
-                // The connection is over and left the body unfinished
-                // (hyper ends or fails a body before its connection ends;
-                // this is a guard against waiting forever).
-                self.ended = true;
-                Poll::Ready(Some(Err(
-                    "the upstream connection closed before the body's end".into(),
-                )))
-            }
-            Poll::Pending => Poll::Pending,
-        }
+    /// The body failed: its connection is closed.
+    fn fail(&mut self, e: BoxError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.ended = true;
+        self.conn = None;
+        Poll::Ready(Some(Err(e)))
     }
 }
 
@@ -553,56 +666,65 @@ impl Body for Driven {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        if this.io.ended {
-            return Poll::Ready(None);
-        }
-        this.relay.register(cx);
-        if this.quiet && !this.relay.woken() {
-            // (A wake from now on wakes the task, which polls again.)
-            return Poll::Pending;
-        }
-        this.quiet = false;
-        let mut inner = Context::from_waker(&this.waker);
-        for _ in 0..ROUNDS {
-            this.relay.begin();
-            let got = this.io.look(&mut inner);
-            let noted = this.relay.end();
-            // Wakes from inside a look that gave a frame are dropped: the
-            // server polls again for the next one.
-            match got {
-                Poll::Pending if noted => continue,
-                Poll::Pending => {
-                    this.quiet = true;
-                    return Poll::Pending;
+        loop {
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            let Some(c) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match this.decoder.decode(&mut c.buf) {
+                Ok(Decoded::Data(d)) => {
+                    if this.decoder.is_done() {
+                        this.end();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
-                ready => return ready,
+                Ok(Decoded::Trailers(t)) => {
+                    this.end();
+                    return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                }
+                Ok(Decoded::End) => {
+                    this.end();
+                    return Poll::Ready(None);
+                }
+                Ok(Decoded::More) => {}
+                Err(e) => return this.fail(format!("the upstream's body: {e}").into()),
+            }
+            match ready!(c.poll_fill(cx)) {
+                Ok(0) => match this.decoder.closed() {
+                    Ok(()) => {
+                        this.ended = true;
+                        this.conn = None;
+                        return Poll::Ready(None);
+                    }
+                    Err(e) => return this.fail(e.to_string().into()),
+                },
+                Ok(_) => {}
+                Err(e) => return this.fail(format!("the upstream connection: {e}").into()),
             }
         }
-        // Still woken from inside: the next look is the task's.
-        cx.waker().wake_by_ref();
-        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
-        self.io.ended || self.io.body.is_end_stream()
+        self.ended || self.decoder.remaining() == Some(0)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.io.body.size_hint()
+        match self.decoder.remaining() {
+            _ if self.ended => SizeHint::with_exact(0),
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
     }
 }
 
 impl Drop for Driven {
     fn drop(&mut self) {
-        // A parked connection's wakers are this relay: it must not keep
-        // the task (its memory) alive.
-        *self.relay.task() = None;
-    }
-}
-
-impl Drop for Io {
-    fn drop(&mut self) {
-        if self.conn.is_some() && !self.ended && self.body.is_end_stream() {
+        // Dropped at its end without the end polled (an empty body, or
+        // hyper's server done with a body whose length it knew): the
+        // connection is still good.
+        if self.conn.is_some() && !self.ended && self.decoder.remaining() == Some(0) {
             self.end();
         }
     }
@@ -614,6 +736,8 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use http_body_util::BodyExt;
+    use hyper::body::Incoming;
+    use hyper_util::rt::TokioIo;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -1070,6 +1194,326 @@ mod tests {
             get(&pool(), addr, false).await,
             Err(Failed::Connect(UpstreamFailure::Unreachable(_)))
         ));
+    }
+
+    /// Reads one request (head, then its body by its framing) and returns
+    /// its bytes as sent; `None` when the connection ended first.
+    async fn read_request(s: &mut TcpStream, with_body: bool) -> Option<Vec<u8>> {
+        let mut buf = Vec::new();
+        let mut b = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            match s.read(&mut b).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&b[..n]),
+            }
+        };
+        if !with_body {
+            return Some(buf);
+        }
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+        let done = |buf: &[u8]| {
+            let body = &buf[head_end..];
+            if head.contains("transfer-encoding: chunked") {
+                body.ends_with(b"0\r\n\r\n")
+            } else {
+                let len = head
+                    .split("content-length: ")
+                    .nth(1)
+                    .and_then(|r| r.split("\r\n").next())
+                    .map_or(0, |n| n.parse::<usize>().unwrap());
+                body.len() >= len
+            }
+        };
+        while !done(&buf) {
+            match s.read(&mut b).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&b[..n]),
+            }
+        }
+        Some(buf)
+    }
+
+    /// An upstream that answers the `i`th request of each connection with
+    /// `answers[i]` (then closes when there are no more), reading each
+    /// request's body first when `with_body`; sends each request's bytes
+    /// on the channel and counts connections.
+    async fn scripted(
+        answers: Vec<Vec<u8>>,
+        with_body: bool,
+    ) -> (
+        SocketAddr,
+        Arc<AtomicUsize>,
+        tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    ) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let conns = Arc::new(AtomicUsize::new(0));
+        let n = conns.clone();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let answers = Arc::new(answers);
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                let (answers, tx) = (answers.clone(), tx.clone());
+                tokio::spawn(async move {
+                    for a in answers.iter() {
+                        let Some(req) = read_request(&mut s, with_body).await else {
+                            return;
+                        };
+                        let _ = tx.send(req);
+                        if s.write_all(a).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Held open until the other side closes it.
+                    let mut b = [0u8; 64];
+                    while matches!(s.read(&mut b).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        (addr, conns, rx)
+    }
+
+    /// A body of `pieces` whose length is not known before it ends.
+    fn streamed(pieces: &[&'static str]) -> AnyBody {
+        let frames: Vec<Result<Frame<Bytes>, BoxError>> = pieces
+            .iter()
+            .map(|p| Ok(Frame::data(Bytes::from_static(p.as_bytes()))))
+            .collect();
+        http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed()
+    }
+
+    async fn send_body(
+        p: &H1Pool,
+        addr: SocketAddr,
+        method: Method,
+        body: AnyBody,
+    ) -> Result<Response<Driven>, Failed> {
+        let (host, mut r) = request(addr);
+        *r.method_mut() = method;
+        *r.body_mut() = body;
+        p.send(&host, r, false).await
+    }
+
+    #[tokio::test]
+    async fn request_bodies_go_with_their_length_or_chunked() {
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec();
+        let (addr, conns, mut reqs) = scripted(vec![ok.clone(), ok.clone(), ok], true).await;
+        let p = pool();
+        let whole = crate::body::full(Bytes::from_static(b"{\"model\":\"m\"}"));
+        let resp = send_body(&p, addr, Method::POST, whole).await.unwrap();
+        assert_eq!(
+            &resp.into_body().collect().await.unwrap().to_bytes()[..],
+            b"ok"
+        );
+        let sent = String::from_utf8(reqs.recv().await.unwrap()).unwrap();
+        assert!(
+            sent.starts_with("POST /v1/chat/completions HTTP/1.1\r\nhost: "),
+            "{sent}"
+        );
+        assert!(
+            sent.ends_with("\r\ncontent-length: 13\r\n\r\n{\"model\":\"m\"}"),
+            "{sent}"
+        );
+        let resp = send_body(&p, addr, Method::POST, streamed(&["{\"a\":", "", "1}"]))
+            .await
+            .unwrap();
+        assert_eq!(
+            &resp.into_body().collect().await.unwrap().to_bytes()[..],
+            b"ok"
+        );
+        let sent = String::from_utf8(reqs.recv().await.unwrap()).unwrap();
+        assert!(
+            sent.ends_with(
+                "\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n\r\n"
+            ),
+            "{sent:?}"
+        );
+        // A GET with no body says nothing of one.
+        let resp = send_body(&p, addr, Method::GET, crate::body::full(Bytes::new()))
+            .await
+            .unwrap();
+        drop(resp.into_body().collect().await.unwrap());
+        let sent = String::from_utf8(reqs.recv().await.unwrap()).unwrap();
+        assert!(!sent.contains("content-length") && !sent.contains("transfer-encoding"));
+        assert_eq!(conns.load(Ordering::SeqCst), 1, "one kept connection");
+        // A body longer than the content-length it declares is not sent.
+        let (host, mut r) = request(addr);
+        r.headers_mut()
+            .insert(http::header::CONTENT_LENGTH, "2".parse().unwrap());
+        *r.body_mut() = crate::body::full(Bytes::from_static(b"abc"));
+        assert!(matches!(
+            p.send(&host, r, false).await,
+            Err(Failed::Request { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_answer_before_the_whole_request_ends_the_writing() {
+        // The upstream answers after the head alone; the body never ends.
+        let answer = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 4\r\n\r\nbig!".to_vec();
+        let (addr, conns, _reqs) = scripted(vec![answer], false).await;
+        let p = pool();
+        let forever = http_body_util::StreamBody::new(futures_util::stream::pending::<
+            Result<Frame<Bytes>, BoxError>,
+        >())
+        .boxed();
+        let resp = tokio::time::timeout(
+            Duration::from_secs(5),
+            send_body(&p, addr, Method::POST, forever),
+        )
+        .await
+        .expect("the early answer is read")
+        .unwrap();
+        assert_eq!(resp.status(), 413);
+        assert_eq!(
+            &resp.into_body().collect().await.unwrap().to_bytes()[..],
+            b"big!"
+        );
+        assert!(
+            p.shared.lock().hosts.is_empty(),
+            "not kept: its request was cut"
+        );
+        assert_eq!(conns.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn informational_answers_are_skipped_and_an_upgrade_fails() {
+        let answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 Fine Thanks\r\ncontent-length: 2\r\n\r\nok".to_vec();
+        let (addr, _, _reqs) = scripted(vec![answer], false).await;
+        let p = pool();
+        let (host, r) = request(addr);
+        let resp = p.send(&host, r, false).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert!(
+            resp.headers().get("link").is_none(),
+            "the 103's headers are not the answer's"
+        );
+        let reason = resp.extensions().get::<hyper::ext::ReasonPhrase>().unwrap();
+        assert_eq!(
+            reason.as_bytes(),
+            b"Fine Thanks",
+            "a reason of its own is kept"
+        );
+        assert_eq!(
+            &resp.into_body().collect().await.unwrap().to_bytes()[..],
+            b"ok"
+        );
+        assert!(!p.shared.lock().hosts.is_empty(), "kept");
+        let upgrade = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n".to_vec();
+        let (addr, _, _reqs) = scripted(vec![upgrade], false).await;
+        assert!(matches!(
+            get(&p, addr, false).await,
+            Err(Failed::Request { stale: false, .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn only_answers_that_allow_it_keep_their_connection() {
+        let cases: [(&[u8], &[u8], bool); 7] = [
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", b"ok", true),
+            (
+                b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
+                b"ok",
+                false,
+            ),
+            (b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok", b"ok", false),
+            (
+                b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok",
+                b"ok",
+                true,
+            ),
+            // Something unasked after the body.
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1", b"ok", false),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 9\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+                b"ok",
+                false,
+            ),
+            (b"HTTP/1.1 204 No Content\r\n\r\n", b"", true),
+        ];
+        for (answer, body, kept) in cases {
+            let (addr, _, _reqs) = scripted(vec![answer.to_vec()], false).await;
+            let p = pool();
+            assert_eq!(get(&p, addr, false).await.unwrap(), body);
+            // (Parked, or not, as the body ends.)
+            assert_eq!(
+                !p.shared.lock().hosts.is_empty(),
+                kept,
+                "{:?}",
+                String::from_utf8_lossy(answer)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_to_the_close_ends_at_the_close() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            assert!(read_head(&mut s).await);
+            s.write_all(b"HTTP/1.1 200 OK\r\n\r\nuntil ").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            s.write_all(b"the close").await.unwrap();
+        });
+        let p = pool();
+        assert_eq!(get(&p, addr, false).await.unwrap(), b"until the close");
+        assert!(p.shared.lock().hosts.is_empty());
+        // A length body cut by the close fails instead.
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let cut = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            assert!(read_head(&mut s).await);
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort")
+                .await
+                .unwrap();
+        });
+        let (host, r) = request(cut);
+        let body = p.send(&host, r, false).await.unwrap().into_body();
+        assert!(body.collect().await.is_err(), "cut short");
+    }
+
+    #[tokio::test]
+    async fn a_head_request_reads_no_body_and_keeps_the_connection() {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n".to_vec();
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec();
+        let (addr, conns, _reqs) = scripted(vec![head, ok], false).await;
+        let p = pool();
+        let resp = send_body(&p, addr, Method::HEAD, crate::body::full(Bytes::new()))
+            .await
+            .unwrap();
+        assert_eq!(resp.headers()["content-length"], "10");
+        assert!(resp.body().is_end_stream());
+        assert!(
+            resp.into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .is_empty()
+        );
+        assert_eq!(get(&p, addr, false).await.unwrap(), b"ok");
+        assert_eq!(conns.load(Ordering::SeqCst), 1, "the same connection");
+    }
+
+    #[tokio::test]
+    async fn broken_heads_fail_and_are_not_stale() {
+        let big = format!(
+            "HTTP/1.1 200 OK\r\nx-big: {}\r\n\r\n",
+            "a".repeat(HTTP1_BUF)
+        );
+        for answer in [&b"NOT HTTP\r\n\r\n"[..], big.as_bytes()] {
+            let (addr, _, _reqs) = scripted(vec![answer.to_vec()], false).await;
+            assert!(matches!(
+                get(&pool(), addr, false).await,
+                Err(Failed::Request { stale: false, .. })
+            ));
+        }
     }
 
     /// A socket that counts its writes.

@@ -1,0 +1,300 @@
+//! The response body's framing, decoded out of the connection's read
+//! buffer.
+//!
+//! Contract:
+//! * [`BodyDecoder::decode`] takes what it understands from the front of
+//!   the buffer: the next data as a zero-copy slice of it (all of the
+//!   current chunk, or of a `content-length` or close-delimited body, that
+//!   has arrived, never waiting for the rest), the trailers, the end, or
+//!   [`Decoded::More`] when the buffer holds nothing it can hand over (what
+//!   it holds of a chunk-size line or a trailer section stays in it).
+//!   Bytes after the body's end are left in the buffer (the caller decides
+//!   what they mean for the connection).
+//! * Chunked framing (RFC 9112 section 7.1): a chunk-size line is hex digits, then
+//!   optional spaces or tabs and `;` extensions (ignored), at most
+//!   [`MAX_CHUNK_LINE`] bytes before the `CRLF` that ends it; each chunk's data is followed by
+//!   `CRLF`; the last chunk (size 0) by a trailer section, at most the
+//!   caller's limit, handed over as [`Decoded::Trailers`] when not empty.
+//!   Anything else is an [`Error`].
+//! * The upstream closing the connection ([`BodyDecoder::closed`]) ends a
+//!   close-delimited body; any other body it cuts short is an error.
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::HeaderMap;
+use http::header::{HeaderName, HeaderValue};
+
+use crate::Error;
+use crate::response::Framing;
+
+/// The longest chunk-size line (digits and extensions) accepted.
+pub const MAX_CHUNK_LINE: usize = 4096;
+
+/// What [`BodyDecoder::decode`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// Body bytes (a slice of the read buffer).
+    Data(Bytes),
+    /// The trailer section (not empty): the body has ended.
+    Trailers(HeaderMap),
+    /// The body has ended.
+    End,
+    /// Nothing to hand over until more bytes are read.
+    More,
+}
+
+/// Decodes one response body (see the module doc).
+#[derive(Debug, Clone)]
+pub struct BodyDecoder {
+    state: State,
+    trailer_limit: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// This many bytes left of a `content-length` body.
+    Length(u64),
+    /// Until the connection closes.
+    Close,
+    /// In a chunk-size line: its length so far, the size so far, and
+    /// which part of the line this is.
+    Line { len: usize, size: u64, part: Part },
+    /// The line's `CR` came: its `LF` is next.
+    LineLf { size: u64 },
+    /// This many bytes left of the chunk's data.
+    Data(u64),
+    /// The chunk's data ended: its `CR` is next.
+    DataCr,
+    /// Its `LF` is next.
+    DataLf,
+    /// After the last chunk: the trailer section.
+    Trailers,
+    /// The body ended (reported).
+    Done,
+}
+
+impl BodyDecoder {
+    /// A decoder for a body framed as `framing`, whose trailer section may
+    /// be at most `trailer_limit` bytes.
+    pub fn new(framing: Framing, trailer_limit: usize) -> BodyDecoder {
+        let state = match framing {
+            Framing::Empty => State::Length(0),
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => LINE_START,
+            Framing::Close => State::Close,
+        };
+        BodyDecoder {
+            state,
+            trailer_limit,
+        }
+    }
+
+    /// Whether the body has ended (its last data, trailers or end handed
+    /// over).
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// How many bytes of a `content-length` body are still to come.
+    pub fn remaining(&self) -> Option<u64> {
+        match self.state {
+            State::Length(n) => Some(n),
+            State::Done => Some(0),
+            _ => None,
+        }
+    }
+
+    /// The next thing the buffer holds (see the module doc).
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, Error> {
+        loop {
+            match self.state {
+                State::Done => return Ok(Decoded::End),
+                State::Length(0) => {
+                    self.state = State::Done;
+                    return Ok(Decoded::End);
+                }
+                State::Length(n) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::More);
+                    }
+                    let take = take(n, buf);
+                    self.state = if take as u64 == n {
+                        State::Done
+                    } else {
+                        State::Length(n - take as u64)
+                    };
+                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
+                }
+                State::Close => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::More);
+                    }
+                    return Ok(Decoded::Data(buf.split().freeze()));
+                }
+                State::Data(n) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::More);
+                    }
+                    let take = take(n, buf);
+                    self.state = if take as u64 == n {
+                        State::DataCr
+                    } else {
+                        State::Data(n - take as u64)
+                    };
+                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
+                }
+                State::Trailers => return self.trailers(buf),
+                State::Line { .. } | State::LineLf { .. } | State::DataCr | State::DataLf => {
+                    if !self.framing(buf)? {
+                        return Ok(Decoded::More);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Consumes chunked framing bytes (size lines, data ends) from the
+    /// front of `buf` until data or trailers are next (`true`) or the
+    /// buffer is used up (`false`).
+    fn framing(&mut self, buf: &mut BytesMut) -> Result<bool, Error> {
+        let mut used = 0;
+        let bytes = &buf[..];
+        let next = loop {
+            let Some(&b) = bytes.get(used) else {
+                break false;
+            };
+            used += 1;
+            self.state = match self.state {
+                State::DataCr if b == b'\r' => State::DataLf,
+                State::DataLf if b == b'\n' => LINE_START,
+                State::DataCr | State::DataLf => {
+                    return Err(Error::new("invalid chunk data end"));
+                }
+                State::Line { len, size, part } => {
+                    if len >= MAX_CHUNK_LINE && b != b'\r' {
+                        return Err(Error::new("chunk size line too long"));
+                    }
+                    line_byte(b, len, size, part)?
+                }
+                State::LineLf { size } if b == b'\n' => {
+                    if size == 0 {
+                        self.state = State::Trailers;
+                        break true;
+                    }
+                    self.state = State::Data(size);
+                    break true;
+                }
+                State::LineLf { .. } => return Err(Error::new("invalid chunk size line")),
+                _ => unreachable!("framing() runs in framing states only"),
+            };
+        };
+        buf.advance(used);
+        Ok(next)
+    }
+
+    /// The trailer section after the last chunk: an empty line, or header
+    /// lines and an empty line.
+    fn trailers(&mut self, buf: &mut BytesMut) -> Result<Decoded, Error> {
+        if buf.len() < 2 {
+            return Ok(Decoded::More);
+        }
+        if buf.starts_with(b"\r\n") {
+            buf.advance(2);
+            self.state = State::Done;
+            return Ok(Decoded::End);
+        }
+        let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            if buf.len() >= self.trailer_limit {
+                return Err(Error::new("trailer section too large"));
+            }
+            return Ok(Decoded::More);
+        };
+        let len = at + 4;
+        if len > self.trailer_limit {
+            return Err(Error::new("trailer section too large"));
+        }
+        let mut lines = [httparse::EMPTY_HEADER; crate::response::MAX_HEADERS];
+        let parsed = httparse::parse_headers(&buf[..len], &mut lines)
+            .map_err(|_| Error::new("invalid trailer section"))?;
+        let httparse::Status::Complete((n, lines)) = parsed else {
+            return Err(Error::new("invalid trailer section"));
+        };
+        if n != len {
+            return Err(Error::new("invalid trailer section"));
+        }
+        let mut map = HeaderMap::with_capacity(lines.len());
+        for h in lines {
+            let name = HeaderName::from_bytes(h.name.as_bytes())
+                .map_err(|_| Error::new("invalid trailer name"))?;
+            let value = HeaderValue::from_bytes(h.value)
+                .map_err(|_| Error::new("invalid trailer value"))?;
+            map.append(name, value);
+        }
+        buf.advance(len);
+        self.state = State::Done;
+        Ok(Decoded::Trailers(map))
+    }
+
+    /// The upstream closed the connection with everything read handed
+    /// over: the end of a close-delimited body (or of one already ended);
+    /// an error for any other.
+    pub fn closed(&mut self) -> Result<(), Error> {
+        match self.state {
+            State::Close | State::Done | State::Length(0) => {
+                self.state = State::Done;
+                Ok(())
+            }
+            _ => Err(Error::new(
+                "the upstream closed the connection before the body's end",
+            )),
+        }
+    }
+}
+
+/// A chunk-size line's parts: `1*HEXDIG *WSP *( ";" ext )`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Digits,
+    /// Spaces or tabs after the digits.
+    Space,
+    /// From the first `;`: extensions, which are not read.
+    Ext,
+}
+
+const LINE_START: State = State::Line {
+    len: 0,
+    size: 0,
+    part: Part::Digits,
+};
+
+/// The state after byte `b` of a chunk-size line that has `len` bytes
+/// before it.
+fn line_byte(b: u8, len: usize, size: u64, part: Part) -> Result<State, Error> {
+    let bad = Err(Error::new("invalid chunk size line"));
+    let next = |size, part| State::Line {
+        len: len + 1,
+        size,
+        part,
+    };
+    Ok(match (part, b) {
+        (Part::Digits, b) if b.is_ascii_hexdigit() => {
+            if size >> 60 != 0 {
+                return Err(Error::new("chunk size too large"));
+            }
+            let d = (b as char).to_digit(16).unwrap_or(0);
+            next(size << 4 | u64::from(d), part)
+        }
+        // No digit yet.
+        (Part::Digits, _) if len == 0 => return bad,
+        (_, b'\r') => State::LineLf { size },
+        (Part::Digits | Part::Space, b' ' | b'\t') => next(size, Part::Space),
+        (_, b';') => next(size, Part::Ext),
+        // Extension bytes: visible characters, spaces and tabs.
+        (Part::Ext, b) if b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80 => next(size, part),
+        _ => return bad,
+    })
+}
+
+/// How many of the `n` bytes still expected `buf` holds.
+fn take(n: u64, buf: &BytesMut) -> usize {
+    usize::try_from(n).map_or(buf.len(), |n| n.min(buf.len()))
+}
