@@ -82,7 +82,7 @@ use citestream_h1::response::{self, ResponseHead};
 use http::uri::Authority;
 use http::{Method, Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use tokio::io::{AsyncWrite, ReadBuf};
+use tokio::io::{AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::UpstreamFailure;
@@ -123,9 +123,28 @@ impl Conn {
         if self.buf.capacity() - self.buf.len() < READ_MIN {
             self.buf.reserve(READ_SIZE);
         }
+        let room = self.buf.capacity() - self.buf.len();
         loop {
             ready!(self.io.poll_read_ready(cx))?;
-            match self.io.try_read_buf(&mut self.buf) {
+            let mut got = 0;
+            // A read shorter than the room drained the socket: its
+            // readiness is cleared with it (as tokio's own `poll_read`
+            // does), so the next poll waits for the next arrival instead
+            // of reading again only to be told it would block. (A
+            // readiness that came after this look is kept, and the close
+            // is never cleared.)
+            let read = self.io.try_io(Interest::READABLE, || {
+                got = self.io.try_read_buf(&mut self.buf)?;
+                if got > 0 && got < room {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(got)
+                }
+            });
+            match read {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => {
+                    return Poll::Ready(Ok(got));
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 r => return Poll::Ready(r),
             }
