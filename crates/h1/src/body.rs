@@ -3,9 +3,11 @@
 //!
 //! Contract:
 //! * [`BodyDecoder::decode`] takes what it understands from the front of
-//!   the buffer: the next data as a zero-copy slice of it (all of the
-//!   current chunk, or of a `content-length` or close-delimited body, that
-//!   has arrived, never waiting for the rest), the trailers, the end, or
+//!   the buffer: the next data as one zero-copy slice of it (all of the
+//!   body's data that has arrived, never waiting for the rest: of a chunked
+//!   body, the data of every chunk the buffer holds, moved together over
+//!   the framing between them, so that one read gives one piece however
+//!   many chunks it brought), the trailers, the end, or
 //!   [`Decoded::More`] when the buffer holds nothing it can hand over (what
 //!   it holds of a chunk-size line or a trailer section stays in it).
 //!   Bytes after the body's end are left in the buffer (the caller decides
@@ -105,90 +107,133 @@ impl BodyDecoder {
 
     /// The next thing the buffer holds (see the module doc).
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, Error> {
+        match self.state {
+            State::Done => Ok(Decoded::End),
+            State::Length(0) => {
+                self.state = State::Done;
+                Ok(Decoded::End)
+            }
+            State::Length(n) => {
+                if buf.is_empty() {
+                    return Ok(Decoded::More);
+                }
+                let take = take(n, buf.len());
+                self.state = if take as u64 == n {
+                    State::Done
+                } else {
+                    State::Length(n - take as u64)
+                };
+                Ok(Decoded::Data(buf.split_to(take).freeze()))
+            }
+            State::Close if buf.is_empty() => Ok(Decoded::More),
+            State::Close => Ok(Decoded::Data(buf.split().freeze())),
+            State::Trailers => self.trailers(buf),
+            _ => self.chunks(buf),
+        }
+    }
+
+    /// Chunked framing: the data of every chunk the buffer holds (up to the
+    /// last chunk, or a framing error), moved together at its front over
+    /// the framing between them, handed over as one slice; then the
+    /// trailers, the end or the error at the next call.
+    fn chunks(&mut self, buf: &mut BytesMut) -> Result<Decoded, Error> {
+        // Data gathered at buf[..w]; buf[..r] read.
+        let mut w = 0;
+        let mut r = 0;
+        let mut error = None;
         loop {
             match self.state {
-                State::Done => return Ok(Decoded::End),
-                State::Length(0) => {
-                    self.state = State::Done;
-                    return Ok(Decoded::End);
-                }
-                State::Length(n) => {
-                    if buf.is_empty() {
-                        return Ok(Decoded::More);
-                    }
-                    let take = take(n, buf);
-                    self.state = if take as u64 == n {
-                        State::Done
-                    } else {
-                        State::Length(n - take as u64)
-                    };
-                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
-                }
-                State::Close => {
-                    if buf.is_empty() {
-                        return Ok(Decoded::More);
-                    }
-                    return Ok(Decoded::Data(buf.split().freeze()));
-                }
                 State::Data(n) => {
-                    if buf.is_empty() {
-                        return Ok(Decoded::More);
+                    let take = take(n, buf.len() - r);
+                    if take == 0 {
+                        break;
                     }
-                    let take = take(n, buf);
+                    if w == 0 {
+                        // The first data stays where it is: the framing
+                        // before it is dropped instead.
+                        buf.advance(r);
+                        r = 0;
+                    } else if w != r {
+                        buf.copy_within(r..r + take, w);
+                    }
+                    w += take;
+                    r += take;
                     self.state = if take as u64 == n {
                         State::DataCr
                     } else {
                         State::Data(n - take as u64)
                     };
-                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
                 }
-                State::Trailers => return self.trailers(buf),
                 State::Line { .. } | State::LineLf { .. } | State::DataCr | State::DataLf => {
-                    if !self.framing(buf)? {
-                        return Ok(Decoded::More);
+                    let (used, step) = self.framing(&buf[r..]);
+                    r += used;
+                    match step {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        Err(e) => {
+                            error = Some(e);
+                            break;
+                        }
                     }
                 }
+                // The last chunk came: the trailers are the next call's.
+                _ => break,
             }
+        }
+        if w > 0 {
+            // (An error is met again at the next call: the byte that
+            // caused it is not consumed.)
+            let data = buf.split_to(w).freeze();
+            buf.advance(r - w);
+            return Ok(Decoded::Data(data));
+        }
+        buf.advance(r);
+        if let Some(e) = error {
+            return Err(e);
+        }
+        match self.state {
+            State::Trailers => self.trailers(buf),
+            _ => Ok(Decoded::More),
         }
     }
 
-    /// Consumes chunked framing bytes (size lines, data ends) from the
-    /// front of `buf` until data or trailers are next (`true`) or the
-    /// buffer is used up (`false`).
-    fn framing(&mut self, buf: &mut BytesMut) -> Result<bool, Error> {
-        let mut used = 0;
-        let bytes = &buf[..];
-        let next = loop {
-            let Some(&b) = bytes.get(used) else {
-                break false;
-            };
-            used += 1;
-            self.state = match self.state {
+    /// Reads chunked framing bytes (size lines, data ends) from the front
+    /// of `bytes` until data or trailers are next (`Ok(true)`), `bytes` is
+    /// used up (`Ok(false)`) or a byte is wrong (the error, that byte not
+    /// consumed); returns how many it consumed, the state following them.
+    fn framing(&mut self, bytes: &[u8]) -> (usize, Result<bool, Error>) {
+        for (used, &b) in bytes.iter().enumerate() {
+            let next = match self.state {
                 State::DataCr if b == b'\r' => State::DataLf,
                 State::DataLf if b == b'\n' => LINE_START,
                 State::DataCr | State::DataLf => {
-                    return Err(Error::new("invalid chunk data end"));
+                    return (used, Err(Error::new("invalid chunk data end")));
                 }
                 State::Line { len, size, part } => {
                     if len >= MAX_CHUNK_LINE && b != b'\r' {
-                        return Err(Error::new("chunk size line too long"));
+                        return (used, Err(Error::new("chunk size line too long")));
                     }
-                    line_byte(b, len, size, part)?
+                    match line_byte(b, len, size, part) {
+                        Ok(next) => next,
+                        Err(e) => return (used, Err(e)),
+                    }
                 }
                 State::LineLf { size } if b == b'\n' => {
-                    if size == 0 {
-                        self.state = State::Trailers;
-                        break true;
-                    }
-                    self.state = State::Data(size);
-                    break true;
+                    self.state = if size == 0 {
+                        State::Trailers
+                    } else {
+                        State::Data(size)
+                    };
+                    return (used + 1, Ok(true));
                 }
-                State::LineLf { .. } => return Err(Error::new("invalid chunk size line")),
+                State::LineLf { .. } => {
+                    return (used, Err(Error::new("invalid chunk size line")));
+                }
                 _ => unreachable!("framing() runs in framing states only"),
             };
-        };
-        buf.advance(used);
-        Ok(next)
+            self.state = next;
+        }
+        (bytes.len(), Ok(false))
     }
 
     /// The trailer section after the last chunk: an empty line, or header
@@ -294,7 +339,7 @@ fn line_byte(b: u8, len: usize, size: u64, part: Part) -> Result<State, Error> {
     })
 }
 
-/// How many of the `n` bytes still expected `buf` holds.
-fn take(n: u64, buf: &BytesMut) -> usize {
-    usize::try_from(n).map_or(buf.len(), |n| n.min(buf.len()))
+/// How many of the `n` bytes still expected `avail` bytes hold.
+fn take(n: u64, avail: usize) -> usize {
+    usize::try_from(n).map_or(avail, |n| n.min(avail))
 }

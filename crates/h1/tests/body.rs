@@ -224,3 +224,27 @@ fn random_bodies_and_mutations_in_random_pieces() {
         );
     }
 }
+
+#[test]
+fn the_chunks_a_buffer_holds_come_as_one_piece_then_the_end_or_error() {
+    let mut d = BodyDecoder::new(Framing::Chunked, LIMIT);
+    let mut buf = BytesMut::from(&b"3\r\nabc\r\n2;x\r\nde\r\n1\r\nf\r\n0\r\nx-t: 1\r\n\r\n"[..]);
+    let base = buf.as_ptr() as usize;
+    let Ok(Decoded::Data(b)) = d.decode(&mut buf) else {
+        panic!("no data");
+    };
+    assert_eq!(&b[..], b"abcdef", "every chunk's data, together");
+    assert_eq!(b.as_ptr() as usize, base + 3, "in place");
+    assert!(matches!(d.decode(&mut buf), Ok(Decoded::Trailers(t)) if t["x-t"] == "1"));
+    assert_eq!(d.decode(&mut buf), Ok(Decoded::End));
+    assert!(buf.is_empty());
+    // Data, then a broken chunk: the data, then the error.
+    let mut d = BodyDecoder::new(Framing::Chunked, LIMIT);
+    let mut buf = BytesMut::from(&b"3\r\nabc\r\n2\r\ndeX"[..]);
+    assert_eq!(
+        d.decode(&mut buf),
+        Ok(Decoded::Data(bytes::Bytes::from_static(b"abcde")))
+    );
+    assert!(d.decode(&mut buf).is_err());
+    assert!(d.decode(&mut buf).is_err(), "the error stays");
+}

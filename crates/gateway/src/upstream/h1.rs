@@ -17,16 +17,16 @@
 //!   upstream answered early, an error most often), and its connection is
 //!   not kept. `1xx` answers are skipped; `101` is an error (no upgrade is
 //!   asked for).
-//! * One write per read: a poll of the body hands over the next data the
-//!   read buffer holds (a zero-copy slice of it: the rest of the current
-//!   chunk, or of a `content-length` or close-delimited body, that has
-//!   arrived), reading the socket only when nothing is left to hand over;
-//!   the gateway's server polls its body again after every frame until it
-//!   is `Pending`, copying each into its one write buffer (`writev(false)`
-//!   in `server.rs`: the slice is dropped at once, so the next read reuses
-//!   the read buffer in place), so what one read of the upstream brought
-//!   goes to the client in one write. It never waits for more data: a poll
-//!   is `Pending` only when the buffer holds nothing to hand over and the
+//! * One piece per read: a poll of the body hands over all the body data
+//!   the read buffer holds as one zero-copy slice of it (of a chunked body,
+//!   every chunk's data moved together over the framing between them),
+//!   reading the socket only when nothing is left to hand over; so what one
+//!   read of the upstream brought is one frame for the gateway's server
+//!   (one chunk header, one copy into its write buffer, `writev(false)` in
+//!   `server.rs`: the slice is dropped at once, so the next read reuses the
+//!   read buffer in place) and one piece for the rewriter, and goes to the
+//!   client in one write. It never waits for more data: a poll is
+//!   `Pending` only when the buffer holds nothing to hand over and the
 //!   upstream socket would block.
 //! * Bounded: the read buffer grows by [`READ_SIZE`] at a time, to at most
 //!   a response head (or trailer section) of [`crate::server::HTTP1_BUF`]
