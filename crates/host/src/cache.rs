@@ -19,7 +19,10 @@
 //!   never stored.
 //! * Identical searches that miss at the same time in one process ask the
 //!   provider once: the first runs it, the others wait for its result
-//!   (single flight). When the first is cancelled (its client left) one of
+//!   (single flight); one that missed just before an identical search
+//!   stored its results finds them (the search that runs looks at the
+//!   cache once more first, and a flight ends only after its results are
+//!   stored). When the first is cancelled (its client left) one of
 //!   the waiting ones runs it instead.
 //! * A cache that cannot be read or written (Redis down, an entry that
 //!   does not decode) is a miss, logged at `warn`: never a failed request.
@@ -237,6 +240,13 @@ impl SearchCache {
             }
         }
         let _landing = Landing(self, key);
+        // An identical search may have landed between this one's miss and
+        // its flight: a flight is removed only after its results were
+        // stored, so one more look finds them.
+        if let Some(found) = self.get(key).await {
+            tx.send_replace(Some(Ok(found.clone())));
+            return hit(found);
+        }
         let result = run().await;
         let shared = match &result {
             Ok(found) => Ok(Arc::new(found.clone())),
