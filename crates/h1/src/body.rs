@@ -165,6 +165,12 @@ impl BodyDecoder {
                     };
                 }
                 State::Line { .. } | State::LineLf { .. } | State::DataCr | State::DataLf => {
+                    // The usual framing whole in the buffer (a data end and
+                    // a plain size line): read at once.
+                    if let Some(used) = self.quick_framing(&buf[r..]) {
+                        r += used;
+                        continue;
+                    }
                     let (used, step) = self.framing(&buf[r..]);
                     r += used;
                     match step {
@@ -195,6 +201,41 @@ impl BodyDecoder {
             State::Trailers => self.trailers(buf),
             _ => Ok(Decoded::More),
         }
+    }
+
+    /// The framing between two chunks as it usually comes, whole: a data
+    /// end (`CRLF`, after a chunk's data) and/or a size line of hex digits
+    /// alone (no extension, at most 16 digits) and its `CRLF`; how many bytes
+    /// it took, the state after them that [`Self::framing`] would reach.
+    /// `None` (nothing consumed) for anything else, which that reads.
+    #[inline]
+    fn quick_framing(&mut self, bytes: &[u8]) -> Option<usize> {
+        let at = match self.state {
+            State::DataCr if bytes.starts_with(b"\r\n") => 2,
+            LINE_START => 0,
+            _ => return None,
+        };
+        let line = &bytes[at..];
+        let digits = line
+            .iter()
+            .take(17)
+            .take_while(|b| b.is_ascii_hexdigit())
+            .count();
+        if digits == 0 || digits > 16 || line.get(digits..digits + 2) != Some(b"\r\n") {
+            if at > 0 {
+                self.state = LINE_START;
+            }
+            return (at > 0).then_some(at);
+        }
+        let size = line[..digits].iter().fold(0u64, |n, &b| {
+            n << 4 | u64::from((b as char).to_digit(16).unwrap_or(0))
+        });
+        self.state = if size == 0 {
+            State::Trailers
+        } else {
+            State::Data(size)
+        };
+        Some(at + digits + 2)
     }
 
     /// Reads chunked framing bytes (size lines, data ends) from the front
