@@ -36,6 +36,37 @@ pub use body::{BodyDecoder, Decoded};
 pub use request::RequestFraming;
 pub use response::{Framing, ResponseHead};
 
+/// Why a `content-length` could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BadLength {
+    /// A value that is not a number.
+    Invalid,
+    /// Two different numbers.
+    Conflicting,
+}
+
+/// The length the `content-length` headers give: every value, and every
+/// item of a comma-separated list, the same number of decimal digits
+/// (RFC 9110 section 8.6); `Ok(None)` without any.
+pub(crate) fn content_length(headers: &http::HeaderMap) -> Result<Option<u64>, BadLength> {
+    let mut len = None;
+    for v in headers.get_all(http::header::CONTENT_LENGTH) {
+        for item in v.as_bytes().split(|&b| b == b',') {
+            let item = item.trim_ascii();
+            let n = std::str::from_utf8(item)
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or(BadLength::Invalid)?;
+            if len.is_some_and(|l| l != n) {
+                return Err(BadLength::Conflicting);
+            }
+            len = Some(n);
+        }
+    }
+    Ok(len)
+}
+
 /// What is wrong with the bytes the upstream sent (or with a request that
 /// cannot be framed): the connection cannot be read further.
 #[derive(Debug, Clone, PartialEq, Eq)]

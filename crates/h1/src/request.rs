@@ -17,7 +17,7 @@ use bytes::BufMut;
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, Method};
 
-use crate::Error;
+use crate::{BadLength, Error};
 
 /// How a request body goes on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,24 +38,16 @@ pub enum RequestFraming {
 impl RequestFraming {
     /// The framing of a request with these headers and a body of `exact`
     /// bytes (`None`: not known before it is sent). A `content-length`
-    /// header that is not one number is an error.
+    /// that is not one number (repeated the same is one) is an error.
     pub fn choose(
         method: &Method,
         headers: &HeaderMap,
         exact: Option<u64>,
     ) -> Result<RequestFraming, Error> {
-        let mut given = None;
-        for v in headers.get_all(CONTENT_LENGTH) {
-            let n = std::str::from_utf8(v.as_bytes())
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or(Error::new("invalid request content-length"))?;
-            if given.is_some_and(|g| g != n) {
-                return Err(Error::new("conflicting request content-length"));
-            }
-            given = Some(n);
-        }
+        let given = crate::content_length(headers).map_err(|e| match e {
+            BadLength::Invalid => Error::new("invalid request content-length"),
+            BadLength::Conflicting => Error::new("conflicting request content-length"),
+        })?;
         Ok(match (given, exact) {
             (Some(len), _) => RequestFraming::Length {
                 len,

@@ -25,7 +25,7 @@
 use http::header::{CONNECTION, CONTENT_LENGTH, HeaderName, HeaderValue, TRANSFER_ENCODING};
 use http::{HeaderMap, StatusCode, Version};
 
-use crate::Error;
+use crate::{BadLength, Error};
 
 /// The most header lines a response head may have.
 pub const MAX_HEADERS: usize = 128;
@@ -169,21 +169,10 @@ fn framing(
             keep,
         ));
     }
-    let mut len = None;
-    for v in headers.get_all(CONTENT_LENGTH) {
-        for item in v.as_bytes().split(|&b| b == b',') {
-            let item = item.trim_ascii();
-            let n = std::str::from_utf8(item)
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or(Error::new("invalid response content-length"))?;
-            if len.is_some_and(|l| l != n) {
-                return Err(Error::new("conflicting response content-length"));
-            }
-            len = Some(n);
-        }
-    }
+    let len = crate::content_length(headers).map_err(|e| match e {
+        BadLength::Invalid => Error::new("invalid response content-length"),
+        BadLength::Conflicting => Error::new("conflicting response content-length"),
+    })?;
     Ok(match len {
         Some(n) => (Framing::Length(n), true),
         None => (Framing::Close, false),
