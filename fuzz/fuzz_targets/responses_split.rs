@@ -110,8 +110,9 @@ impl W {
 }
 
 /// A Responses stream from the fuzz bytes: a byte with the high bit set
-/// ends a delta (bit 6 also ends the part, bit 5 the item); the others
-/// pick a token.
+/// ends a delta (bit 6 also ends the part, bit 5 the item, closing its
+/// open part); the others pick a token. Every part's `done` text is the
+/// concatenation of its deltas.
 fn shaped(data: &[u8], seq: bool, event_lines: bool) -> String {
     let mut w = W {
         out: String::new(),
@@ -128,6 +129,8 @@ fn shaped(data: &[u8], seq: bool, event_lines: bool) -> String {
     let (mut o, mut c) = (0u32, 0u32);
     let mut text = String::new();
     let mut delta = String::new();
+    // A delta came for part `c` since it was last closed.
+    let mut open = false;
     for &b in data {
         if b & 0x80 == 0 {
             delta.push_str(TOKENS[usize::from(b) % TOKENS.len()]);
@@ -139,9 +142,13 @@ fn shaped(data: &[u8], seq: bool, event_lines: bool) -> String {
         );
         text.push_str(&delta);
         delta.clear();
-        if b & 0x40 != 0 {
+        open = true;
+        // An item ends with its open part closed: a part's `done` text is
+        // always its deltas (the next item's part starts empty).
+        if b & 0x40 != 0 || (b & 0x20 != 0 && open) {
             w.close_part(&mut parts, &mut text, o, c);
             c += 1;
+            open = false;
         }
         if b & 0x20 != 0 && !parts.is_empty() {
             items.push(format!(
