@@ -17,10 +17,19 @@ use super::tracker::Feed;
 use super::{Marker, MarkerTracker};
 use crate::json::simple_escape;
 
-/// Whether `s` holds none of the bytes [`BYTE_CLASS`] marks: four bytes a
-/// step, which short pieces mostly are.
+/// Whether `s` holds none of the bytes [`BYTE_CLASS`] marks: sixteen
+/// bytes a step where [`simd`](super::simd) is built, four bytes a step
+/// for the short pieces (most streamed tokens) and in other builds.
 #[inline(always)]
 fn is_plain(s: &[u8]) -> bool {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "sse2",
+        not(citestream_disable_simd)
+    ))]
+    if let Some(end) = super::simd::stop_from(s, 0) {
+        return end == s.len();
+    }
     let class = |b: u8| BYTE_CLASS[usize::from(b)];
     let mut quads = s.chunks_exact(4);
     for q in &mut quads {
@@ -29,6 +38,25 @@ fn is_plain(s: &[u8]) -> bool {
         }
     }
     quads.remainder().iter().all(|&b| class(b) == 0)
+}
+
+/// Index of the first byte at or after `i` that [`BYTE_CLASS`] marks, or
+/// `s.len()` (`i` when `i` is past the end): sixteen bytes a step where
+/// [`simd`](super::simd) is built and `s` is that long, else a byte a step.
+#[inline(always)]
+fn plain_end(s: &[u8], mut i: usize) -> usize {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "sse2",
+        not(citestream_disable_simd)
+    ))]
+    if let Some(end) = super::simd::stop_from(s, i) {
+        return end;
+    }
+    while s.get(i).is_some_and(|&b| BYTE_CLASS[usize::from(b)] == 0) {
+        i += 1;
+    }
+    i
 }
 
 /// Stands for any non-ASCII character in [`MarkerTracker::fast_text`] (no
@@ -133,9 +161,7 @@ impl MarkerTracker {
             if self.scan.line == Line::Text {
                 // Plain ASCII inline; `text_run` for what else it takes.
                 let from = i;
-                while s.get(i).is_some_and(|&b| BYTE_CLASS[usize::from(b)] == 0) {
-                    i += 1;
-                }
+                i = plain_end(s, i);
                 if i != from {
                     self.scan.pos += (i - from) as u64;
                     self.scan.prev_backslash = false;
@@ -269,7 +295,7 @@ impl MarkerTracker {
         let cont = |j: usize| s.get(j).is_some_and(|&c| c & 0xC0 == 0x80);
         while let Some(&b) = s.get(i) {
             match BYTE_CLASS[usize::from(b)] {
-                0 => i += 1,
+                0 => i = plain_end(s, i + 1),
                 // The common sequences first (no surrogate or overlong
                 // form starts with these leads).
                 NON_ASCII if (0xC2..=0xDF).contains(&b) && cont(i + 1) => {

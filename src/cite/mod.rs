@@ -164,6 +164,12 @@ use core::str::FromStr;
 
 mod fast;
 mod scanner;
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+))]
+mod simd;
 mod tracker;
 
 pub use tracker::MarkerTracker;

@@ -16,7 +16,8 @@
 //! `#![forbid(unsafe_code)]`. `safe_arch` (0.7: 1.x needs Rust 1.89, our
 //! MSRV is 1.85) wraps each intrinsic in a safe function gated on the
 //! target feature at compile time, so this module has no `unsafe` either.
-//! It is an x86_64-only dependency, used in this module only.
+//! It is an x86_64-only dependency, used here and in `cite`'s own SIMD
+//! module (the tracker's scan of paragraph text) only.
 //!
 //! # When it is compiled
 //!

@@ -1,0 +1,108 @@
+//! SSE2 scanning of paragraph text for the bytes that stop the tracker's
+//! fast path, sixteen bytes per step.
+//!
+//! [`stop_from`] finds the first byte at or after an index that
+//! [`BYTE_CLASS`](super::scanner::BYTE_CLASS) marks — `\`, LF, `[`, a
+//! backtick or any byte `>= 0x80` — or the end of the input: exact, so
+//! the fast path's per-character code runs once per such byte and never on
+//! the plain ASCII between them. `tests::stop_from_finds_the_first_stop_byte`
+//! checks every byte value at every position against the table, and the
+//! tracker's own tests (fast path against general path, split everywhere)
+//! run in both builds.
+//!
+//! Compiled only where [`crate::json`]'s SIMD module is (x86_64 with SSE2,
+//! not `--cfg citestream_disable_simd`), through the same `safe_arch`
+//! wrappers, so no `unsafe`; every other build reads the table a byte per
+//! step.
+
+use safe_arch::{
+    bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
+};
+
+/// Bit `k` set when `block[k]` is `\`, LF, `[`, a backtick or `>= 0x80`.
+#[inline(always)]
+fn stop_mask(block: &[u8; 16]) -> u32 {
+    let v = load_unaligned_m128i(block);
+    let eq = |c: u8| cmp_eq_mask_i8_m128i(v, set_splat_i8_m128i(c as i8));
+    let marked = bitor_m128i(
+        bitor_m128i(eq(b'\\'), eq(b'\n')),
+        bitor_m128i(eq(b'['), eq(b'`')),
+    );
+    // The sign bit of each byte: of the marked ones, and of `v` itself for
+    // the bytes >= 0x80.
+    move_mask_i8_m128i(bitor_m128i(marked, v)) as u32
+}
+
+/// Index of the first byte at or after `i` that stops the fast path, or
+/// `b.len()` when there is none (`i` when `i` is at or past the end).
+/// `None` when `b` is shorter than sixteen bytes: the caller scans it
+/// itself. The last step tests the last sixteen bytes of `b` and ignores
+/// those before `i`.
+#[inline(always)]
+pub(super) fn stop_from(b: &[u8], mut i: usize) -> Option<usize> {
+    let last = b.len().checked_sub(16)?;
+    while i <= last {
+        let m = stop_mask(b[i..].first_chunk::<16>()?);
+        if m != 0 {
+            return Some(i + m.trailing_zeros() as usize);
+        }
+        i += 16;
+    }
+    if i >= b.len() {
+        return Some(i);
+    }
+    let m = stop_mask(b.last_chunk::<16>()?) >> (i - last);
+    if m != 0 {
+        return Some(i + m.trailing_zeros() as usize);
+    }
+    Some(b.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::scanner::BYTE_CLASS;
+    use super::*;
+
+    fn stops(c: u8) -> bool {
+        BYTE_CLASS[usize::from(c)] != 0
+    }
+
+    #[test]
+    fn stop_mask_flags_exactly_the_table_bytes() {
+        for c in 0..=255u8 {
+            for at in 0..16 {
+                for fill in [b'a', b' ', b'Z', b']', b'_', b'~', 0x7F, 0x80, 0xFF] {
+                    let mut w = [fill; 16];
+                    w[at] = c;
+                    let want: u32 = (0..16).filter(|&k| stops(w[k])).map(|k| 1 << k).sum();
+                    assert_eq!(stop_mask(&w), want, "byte {c:#x} at {at} in {fill:#x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stop_from_finds_the_first_stop_byte() {
+        for len in 0..70usize {
+            for at in 0..=len {
+                for (first, second) in [(b'[', None), (0xC3, Some(b'`')), (b'\n', Some(b'\\'))] {
+                    let mut b = vec![b'a'; len];
+                    if at < len {
+                        b[at] = first;
+                    }
+                    if let Some(c) = second {
+                        let t = len.saturating_sub(3);
+                        if t < len && t != at {
+                            b[t] = c;
+                        }
+                    }
+                    for i in 0..=len + 1 {
+                        let want = (len >= 16)
+                            .then(|| (i..len).find(|&k| stops(b[k])).unwrap_or(len.max(i)));
+                        assert_eq!(stop_from(&b, i), want, "len {len} at {at} i {i}");
+                    }
+                }
+            }
+        }
+    }
+}
