@@ -437,17 +437,36 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(decimal(v, &mut buf));
 }
 
+/// The two digits of each number below 100, in order.
+static DIGIT_PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut n = 0;
+    while n < 100 {
+        t[2 * n] = b'0' + (n / 10) as u8;
+        t[2 * n + 1] = b'0' + (n % 10) as u8;
+        n += 1;
+    }
+    t
+};
+
 /// `v` in decimal, written at the end of `buf` (no allocation, unlike
-/// `to_string`).
+/// `to_string`): two digits a step (a stream's last event may write two
+/// offsets for each of thousands of markers).
 pub(crate) fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
-    loop {
+    while v >= 100 {
+        let p = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[p..p + 2]);
+    }
+    if v >= 10 {
+        let p = v as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[p..p + 2]);
+    } else {
         i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+        buf[i] = b'0' + v as u8;
     }
     &buf[i..]
 }
@@ -466,6 +485,24 @@ fn push_str_or_empty(out: &mut String, s: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_writes_every_number_as_to_string_does() {
+        let mut buf = [0u8; 20];
+        let mut check = |v: u64| assert_eq!(decimal(v, &mut buf), v.to_string().as_bytes(), "{v}");
+        for v in 0..100_000 {
+            check(v);
+        }
+        let mut p = 1u64;
+        while let Some(q) = p.checked_mul(10) {
+            for v in [p - 1, p, p + 1, q - 1] {
+                check(v);
+            }
+            p = q;
+        }
+        check(u64::MAX);
+        check(u64::MAX - 1);
+    }
 
     #[test]
     fn fragments_are_valid_json() {
