@@ -216,20 +216,23 @@ impl BodyDecoder {
             _ => return None,
         };
         let line = &bytes[at..];
-        let digits = line
-            .iter()
-            .take(17)
-            .take_while(|b| b.is_ascii_hexdigit())
-            .count();
+        // The digits and their value in one pass (at most 17 looked at).
+        let mut digits = 0;
+        let mut size = 0u64;
+        for &b in line.iter().take(17) {
+            let v = HEX_VALUE[usize::from(b)];
+            if v > 15 {
+                break;
+            }
+            size = size << 4 | u64::from(v);
+            digits += 1;
+        }
         if digits == 0 || digits > 16 || line.get(digits..digits + 2) != Some(b"\r\n") {
             if at > 0 {
                 self.state = LINE_START;
             }
             return (at > 0).then_some(at);
         }
-        let size = line[..digits].iter().fold(0u64, |n, &b| {
-            n << 4 | u64::from((b as char).to_digit(16).unwrap_or(0))
-        });
         self.state = if size == 0 {
             State::Trailers
         } else {
@@ -352,6 +355,24 @@ const LINE_START: State = State::Line {
     part: Part::Digits,
 };
 
+/// Each byte's value as a hex digit, or 0xFF for the bytes that are not
+/// one.
+static HEX_VALUE: [u8; 256] = {
+    let mut t = [0xFFu8; 256];
+    let mut b = 0;
+    while b < 10 {
+        t[b'0' as usize + b] = b as u8;
+        b += 1;
+    }
+    let mut b = 0;
+    while b < 6 {
+        t[b'a' as usize + b] = 10 + b as u8;
+        t[b'A' as usize + b] = 10 + b as u8;
+        b += 1;
+    }
+    t
+};
+
 /// The state after byte `b` of a chunk-size line that has `len` bytes
 /// before it.
 fn line_byte(b: u8, len: usize, size: u64, part: Part) -> Result<State, Error> {
@@ -362,12 +383,11 @@ fn line_byte(b: u8, len: usize, size: u64, part: Part) -> Result<State, Error> {
         part,
     };
     Ok(match (part, b) {
-        (Part::Digits, b) if b.is_ascii_hexdigit() => {
+        (Part::Digits, b) if HEX_VALUE[usize::from(b)] <= 15 => {
             if size >> 60 != 0 {
                 return Err(Error::new("chunk size too large"));
             }
-            let d = (b as char).to_digit(16).unwrap_or(0);
-            next(size << 4 | u64::from(d), part)
+            next(size << 4 | u64::from(HEX_VALUE[usize::from(b)]), part)
         }
         // No digit yet.
         (Part::Digits, _) if len == 0 => return bad,
@@ -383,4 +403,17 @@ fn line_byte(b: u8, len: usize, size: u64, part: Part) -> Result<State, Error> {
 /// How many of the `n` bytes still expected `avail` bytes hold.
 fn take(n: u64, avail: usize) -> usize {
     usize::try_from(n).map_or(avail, |n| n.min(avail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HEX_VALUE;
+
+    #[test]
+    fn hex_value_is_the_hex_digit_of_exactly_the_hex_digits() {
+        for b in 0..=255u8 {
+            let want = (b as char).to_digit(16).map_or(0xFF, |d| d as u8);
+            assert_eq!(HEX_VALUE[usize::from(b)], want, "{b:#x}");
+        }
+    }
 }
