@@ -42,8 +42,16 @@ medians over the repetitions:
   works, else /proc (voluntary + nonvoluntary ctxt switches of every thread;
   syscr + syscw of /proc/PID/io: read- and write-class calls only); the table
   says which;
-* added latency per event p50/p99 at 1 and 50 paced streams: the peer's
-  percentile minus the upstream read directly, in the same repetition;
+* added latency per event p50/p99 at 1 paced stream: the percentiles of
+  each event's added latency, read from a pair of streams the upstream
+  serves together (each event written to both at once, see
+  bench_hosts_upstream.py's `pair`), one read directly, one through the
+  peer: its latency through the peer minus its latency direct, event by
+  event, so a delay both copies share (the upstream or the client late,
+  which on a shared 2-core VM is most of a percentile's spread) cancels
+  instead of landing in one of two subtracted percentiles; at 50 paced
+  streams: the peer's percentile minus the upstream read directly, in the
+  same repetition;
 * RSS per open stream: the slope (least squares) of the process tree's RSS
   over the number of streams held open (each past its first event), as they
   are opened in steps of 100 up to 500 and held together; once per peer,
@@ -197,9 +205,9 @@ class Upstream:
         with urllib.request.urlopen(req, timeout=10) as r:
             r.read()
 
-    def job(self, events: int, gap_us: int = 0, hold: bool = False) -> None:
+    def job(self, events: int, gap_us: int = 0, hold: bool = False, pair: bool = False) -> None:
         self.control("/_bench/job", {"events": events, "gap_us": gap_us, "hold": hold,
-                                     "marker_every": self.marker_every})
+                                     "marker_every": self.marker_every, "pair": pair})
 
     def stop(self) -> None:
         stop_pid(self.proc, 5.0)
@@ -406,15 +414,47 @@ def run_load(peer_url: str, peer: Peer | None, streams: int, events: int, *, unt
              timeout: float = LOAD_TIMEOUT) -> tuple[list[float], int, list[Stream]]:
     """Opens `streams` streams at once, reads them to their end (or, with
     `until_first`, until each has one event); latencies and failed streams."""
+    data, headers = request_for(peer)
+    open_ = [Stream(peer_url, data, headers) for _ in range(streams)]
+    failed = drive(open_, events, until_first=until_first, timeout=timeout)
+    lat = [x for s in open_ for x in s.lat]
+    if not until_first:
+        for s in open_:
+            s.sock.close()
+    return lat, failed, open_
+
+
+def request_for(peer: Peer | None) -> tuple[bytes, dict]:
+    """The streamed chat request the load sends through `peer` (None: the
+    upstream itself), and its headers."""
     body = {"model": "lisbon", "stream": True, "messages": [{"role": "user", "content": "Is Lisbon sunny today?"}]}
     headers = {}
     if peer is not None:
         headers = peer.headers
         if peer.web_search is not None:
             body["web_search"] = peer.web_search
-    data = json.dumps(body).encode()
+    return json.dumps(body).encode(), headers
+
+
+def paired_added_latency(up: Upstream, peer: Peer, events: int, gap_us: int) -> tuple[list[float], list[float], int]:
+    """One stream read directly and one through `peer`, served as a pair by
+    the upstream (each event written to both at once): the peer stream's
+    latencies and each event's added latency (through the peer minus
+    direct, event by event); and the failed streams."""
+    up.job(events, gap_us, pair=True)
+    direct = Stream(up.url, *request_for(None))
+    through = Stream(peer.url, *request_for(peer))
+    failed = drive([direct, through], events)
+    for s in (direct, through):
+        s.sock.close()
+    added = [t - d for t, d in zip(through.lat, direct.lat)] if not failed else []
+    return through.lat, added, failed
+
+
+def drive(open_: list[Stream], events: int, *, until_first: bool = False, timeout: float = LOAD_TIMEOUT) -> int:
+    """Reads `open_` to their end (or, with `until_first`, until each has
+    one event); the number of streams that failed."""
     sel = selectors.DefaultSelector()
-    open_ = [Stream(peer_url, data, headers) for _ in range(streams)]
     for s in open_:
         sel.register(s.sock, selectors.EVENT_READ, s)
     live = len(open_)
@@ -432,7 +472,7 @@ def run_load(peer_url: str, peer: Peer | None, streams: int, events: int, *, unt
             if s.done or (until_first and s.lat):
                 sel.unregister(s.sock)
                 live -= 1
-    lat, failed = [], 0
+    failed = 0
     for s in open_:
         if live and not (s.done or (until_first and s.lat)):
             s.error = s.error or "timed out"
@@ -441,11 +481,8 @@ def run_load(peer_url: str, peer: Peer | None, streams: int, events: int, *, unt
             failed += 1
             if failed == 1:
                 print(f"note: a stream failed: {s.error or f'{len(s.lat)} of {want} events'}", file=sys.stderr)
-        lat += s.lat
-    if not until_first:
-        for s in open_:
-            s.sock.close()
-    return lat, failed, open_
+    sel.close()
+    return failed
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -579,18 +616,24 @@ def run(plan: Plan, peers: list[Peer], up: Upstream, tmp: Path, use_perf: bool) 
                 for key in ("cpu", "ctx", "sys"):
                     note(p.name, f"unpaced_{key}", m[key])
                 note(p.name, "failed", m["failed"])
-            m = measure_load(up, p, 1, plan.paced1_events, plan.gap_us)
-            note(p.name, "p1_50", pct(m["lat"], 50))
-            note(p.name, "p1_99", pct(m["lat"], 99))
-            note(p.name, "failed", m["failed"])
+            if p is direct:
+                m = measure_load(up, p, 1, plan.paced1_events, plan.gap_us)
+                lat, failed = m["lat"], m["failed"]
+            else:
+                lat, added, failed = paired_added_latency(up, p, plan.paced1_events, plan.gap_us)
+                note(p.name, "added_p1_50", pct(added, 50))
+                note(p.name, "added_p1_99", pct(added, 99))
+            note(p.name, "p1_50", pct(lat, 50))
+            note(p.name, "p1_99", pct(lat, 99))
+            note(p.name, "failed", failed)
             m = measure_load(up, p, plan.paced_streams, plan.paced_events, plan.gap_us)
             note(p.name, "pN_50", pct(m["lat"], 50))
             note(p.name, "pN_99", pct(m["lat"], 99))
             note(p.name, "failed", m["failed"])
             for key in ("cpu", "ctx", "sys"):
                 note(p.name, f"paced_{key}", m[key])
-        for p in peers:  # added latency against this repetition's direct read
-            for key in ("p1_50", "p1_99", "pN_50", "pN_99"):
+        for p in peers:  # 50 streams: added latency against this repetition's direct read
+            for key in ("pN_50", "pN_99"):
                 note(p.name, f"added_{key}", res[p.name][key][-1] - res["direct"][key][-1])
     if use_perf:  # one extra pass with perf attached (its overhead stays out of the CPU figures)
         print("perf pass", file=sys.stderr)

@@ -6,7 +6,7 @@ Usage: bench_hosts_upstream.py [--port N]   (prints `listening PORT`, serves unt
 
 Contract
 * `POST /_bench/job` with `{"events": N, "gap_us": G, "hold": false,
-  "marker_every": M}` sets
+  "marker_every": M, "pair": false}` sets
   what every later stream gets (the job crosses any proxy unchanged because
   no proxy sees it); `POST /_bench/release` ends every held stream.
 * Any other request (a chat completions call from a proxy, whatever its
@@ -25,6 +25,13 @@ Contract
   then one every G µs (each due one gap after the previous one was due, or
   at once when late: the rate holds without bursts). `hold`: the first
   event, then nothing until `/_bench/release` (RSS per open stream).
+* `pair` (paced only): streams are served two by two, in the order they
+  arrive: the first waits (its response head written) for the second, then
+  each event goes to both at once, back to back (the order alternating
+  from event to event), each copy stamped when it is written. A client
+  reading one stream directly and one through a proxy gets each event's
+  added latency as the difference of the two copies' latencies: a delay
+  both copies share (the upstream late, the client descheduled) cancels.
 * Keep-alive: after a response the connection waits for the next request.
   Request bodies with `content-length` or chunked are read and ignored.
 * Loopback only; nothing is recorded; bounded by the job it is given.
@@ -75,6 +82,7 @@ class Conn:
         self.due = 0  # when the event just written was due (ns)
         self.streaming = False
         self.held = False
+        self.partner: Conn | None = None  # `pair`: the stream this one's events also go to
 
 
 class Upstream:
@@ -84,7 +92,8 @@ class Upstream:
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ)
         self.port = self.listener.getsockname()[1]
-        self.job = {"events": 10, "gap_us": 0, "hold": False, "marker_every": 1}
+        self.job = {"events": 10, "gap_us": 0, "hold": False, "marker_every": 1, "pair": False}
+        self.waiting: Conn | None = None  # `pair`: a stream waiting for its partner
         self.timers: list[tuple[int, int, Conn]] = []  # (time ns, tiebreak, conn)
         self.held: list[Conn] = []
         self.conns: set[Conn] = set()
@@ -140,6 +149,14 @@ class Upstream:
             self.send(c, b"".join(chunk(event(ts + i, self.marked(i))) for i in range(c.left)) + END)
             c.left, c.streaming = 0, False
             return
+        c.partner = None
+        if job.get("pair") and not job["hold"]:
+            w = self.waiting
+            if w is None or not w.streaming or w not in self.conns:
+                self.waiting = c  # its events start when its partner's request comes
+                return
+            self.waiting = None
+            c.partner = w
         c.due = time.monotonic_ns()
         self.next_event(c)
         if job["hold"] and c.streaming:
@@ -147,13 +164,16 @@ class Upstream:
             self.held.append(c)
 
     def next_event(self, c: Conn) -> None:
+        to = [c] if c.partner is None else [c, c.partner]
         if c.left > 0:
-            self.send(c, chunk(event(time.monotonic_ns(), self.marked(c.sent))))
+            for d in to[::-1] if c.sent % 2 else to:
+                self.send(d, chunk(event(time.monotonic_ns(), self.marked(c.sent))))
             c.left -= 1
             c.sent += 1
         if c.left == 0:
-            self.send(c, END)
-            c.streaming = False
+            for d in to:
+                self.send(d, END)
+                d.streaming = False
         elif not self.job["hold"]:
             # Due one gap after the previous one was due (epoll waits in whole
             # milliseconds), never before now: the rate holds, no bursts.
@@ -184,7 +204,9 @@ class Upstream:
 
     def control(self, c: Conn, path: str, body: bytes) -> None:
         if path == "/_bench/job":
-            self.job = {"events": 10, "gap_us": 0, "hold": False, "marker_every": 1, **json.loads(body)}
+            self.job = {"events": 10, "gap_us": 0, "hold": False, "marker_every": 1, "pair": False,
+                        **json.loads(body)}
+            self.waiting = None
         elif path == "/_bench/release":
             for h in self.held:
                 if h.streaming:
