@@ -134,6 +134,12 @@ mod json;
 pub mod quota;
 pub mod request;
 pub mod rewrite;
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+))]
+mod simd;
 pub mod sources;
 pub mod sse;
 #[cfg(feature = "stream")]

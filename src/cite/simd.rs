@@ -34,28 +34,12 @@ fn stop_mask(block: &[u8; 16]) -> u32 {
 }
 
 /// Index of the first byte at or after `i` that stops the fast path, or
-/// `b.len()` when there is none (`i` when `i` is at or past the end).
-/// `None` when `b` is shorter than sixteen bytes: the caller scans it
-/// itself. The last step tests the last sixteen bytes of `b` and ignores
-/// those before `i`.
+/// `b.len()` when there is none (`i` when `i` is at or past the end);
+/// `None` when `b` is shorter than sixteen bytes, which the caller scans
+/// itself ([`first_from`](crate::simd::first_from)'s walk).
 #[inline(always)]
-pub(super) fn stop_from(b: &[u8], mut i: usize) -> Option<usize> {
-    let last = b.len().checked_sub(16)?;
-    while i <= last {
-        let m = stop_mask(b[i..].first_chunk::<16>()?);
-        if m != 0 {
-            return Some(i + m.trailing_zeros() as usize);
-        }
-        i += 16;
-    }
-    if i >= b.len() {
-        return Some(i);
-    }
-    let m = stop_mask(b.last_chunk::<16>()?) >> (i - last);
-    if m != 0 {
-        return Some(i + m.trailing_zeros() as usize);
-    }
-    Some(b.len())
+pub(super) fn stop_from(b: &[u8], i: usize) -> Option<usize> {
+    crate::simd::first_from(b, i, stop_mask)
 }
 
 #[cfg(test)]

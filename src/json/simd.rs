@@ -49,27 +49,11 @@ pub(super) fn special_mask(block: &[u8; 16]) -> u32 {
 
 /// Index of the first byte at or after `i` that is `"`, `\` or below
 /// 0x20, or `b.len()` when there is none (`i` itself when `i` is past
-/// the end). Sixteen bytes per step; the last step tests the last sixteen
-/// bytes of `b` and ignores those before `i`. `None` when `b` is shorter
-/// than sixteen bytes: the caller scans it itself.
+/// the end); `None` when `b` is shorter than sixteen bytes, which the
+/// caller scans itself ([`first_from`](crate::simd::first_from)'s walk).
 #[inline(always)]
-pub(super) fn special_from(b: &[u8], mut i: usize) -> Option<usize> {
-    let last = b.len().checked_sub(16)?;
-    while i <= last {
-        let m = special_mask(b[i..].first_chunk::<16>()?);
-        if m != 0 {
-            return Some(i + m.trailing_zeros() as usize);
-        }
-        i += 16;
-    }
-    if i >= b.len() {
-        return Some(i);
-    }
-    let m = special_mask(b.last_chunk::<16>()?) >> (i - last);
-    if m != 0 {
-        return Some(i + m.trailing_zeros() as usize);
-    }
-    Some(b.len())
+pub(super) fn special_from(b: &[u8], i: usize) -> Option<usize> {
+    crate::simd::first_from(b, i, special_mask)
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@ const LO: u64 = 0x0101_0101_0101_0101;
 const HI: u64 = 0x8080_8080_8080_8080;
 
 /// The walk of a numbers-then-content template at the numbers' current
-/// widths: what [`ChunkTemplate::walk_numbers`] reads, in a few words.
+/// widths: what [`ChunkTemplate::walk_numbers`](super::ChunkTemplate::walk_numbers)
+/// reads, in a few words.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct NumWalk {
     /// Each number's offset in a matching input (and in `filled`): its
