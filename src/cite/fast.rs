@@ -21,7 +21,7 @@ use crate::json::simple_escape;
 /// bytes a step where [`simd`](super::simd) is built, four bytes a step
 /// for the short pieces (most streamed tokens) and in other builds.
 #[inline(always)]
-fn is_plain(s: &[u8]) -> bool {
+pub(super) fn is_plain(s: &[u8]) -> bool {
     #[cfg(all(
         target_arch = "x86_64",
         target_feature = "sse2",
@@ -38,6 +38,48 @@ fn is_plain(s: &[u8]) -> bool {
         }
     }
     quads.remainder().iter().all(|&b| class(b) == 0)
+}
+
+/// The JSON string token at the start of `b` (`b[0]` its opening quote):
+/// its length with both quotes and how many of its body's first bytes are
+/// *plain*, none of the bytes [`BYTE_CLASS`] marks, so that
+/// [`MarkerTracker::push_json_after`] does not scan them again (all of
+/// them, the common case: the body is taken without a scan). `None` when
+/// [`json::scan_string`](crate::json::scan_string) rejects the token; the
+/// length is always the one it gives.
+///
+/// Where [`simd`](super::simd) is built and sixteen bytes follow the
+/// quote, one pass stops at the first byte that ends the string's plain
+/// run or is marked: the closing quote means all plain; anything else and
+/// the string scan goes on from there. Elsewhere (and for the last few
+/// bytes of a piece) the string scan alone answers, none known plain.
+#[inline(always)]
+pub(crate) fn content_token(b: &[u8]) -> Option<(usize, usize)> {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "sse2",
+        not(citestream_disable_simd)
+    ))]
+    if let Some((b'"', block)) = b.split_first().map(|(q, r)| (*q, r.first_chunk::<16>())) {
+        // The first block inline (most contents end in it), the rest by
+        // the loop; `at` is the first flagged byte of the body.
+        let at = match block.map(super::simd::content_mask) {
+            Some(0) => super::simd::content_from(b, 17),
+            Some(m) => Some(1 + m.trailing_zeros() as usize),
+            None => None,
+        };
+        if let Some(at) = at {
+            return match b.get(at) {
+                Some(b'"') => Some((at + 1, at - 1)),
+                // (Nothing before `at` ends the string's plain run.)
+                Some(_) => crate::json::scan_string_rest(b, at)
+                    .ok()
+                    .map(|(e, _)| (e, at - 1)),
+                None => None,
+            };
+        }
+    }
+    crate::json::scan_string(b, 0).ok().map(|(e, _)| (e, 0))
 }
 
 /// Index of the first byte at or after `i` that [`BYTE_CLASS`] marks, or
@@ -167,7 +209,7 @@ impl MarkerTracker {
                     self.scan.prev_backslash = false;
                 }
                 if s.get(i).is_some_and(|&b| b == b'[' || b >= 0x80) {
-                    i += self.text_run(&s[i..]);
+                    i += self.text_run(&s[i..], 0);
                 }
             }
             let Some(&b) = s.get(i) else {
@@ -284,10 +326,13 @@ impl MarkerTracker {
     /// change nothing, valid UTF-8 sequences, a `[` right after a
     /// backslash and whole markers `[n]` (recorded if they count), and
     /// returns the bytes consumed. Stops before a backslash, LF, backtick,
-    /// invalid or incomplete UTF-8 and a marker the piece cuts off.
+    /// invalid or incomplete UTF-8 and a marker the piece cuts off. The
+    /// first `plain` bytes hold none of the bytes [`BYTE_CLASS`] marks
+    /// (the caller has seen them): the run starts after them.
     #[inline(never)]
-    pub(super) fn text_run(&mut self, s: &[u8]) -> usize {
-        let mut i = 0;
+    pub(super) fn text_run(&mut self, s: &[u8], plain: usize) -> usize {
+        debug_assert!(s.get(..plain).is_some_and(is_plain));
+        let mut i = plain.min(s.len());
         // Width in bytes minus width in the unit, of what was consumed: the
         // position of byte `i` is `pos0 + i - narrow`.
         let mut narrow = 0;

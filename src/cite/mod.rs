@@ -174,6 +174,7 @@ mod scanner;
 mod simd;
 mod tracker;
 
+pub(crate) use fast::content_token;
 pub use tracker::MarkerTracker;
 
 /// Unit of start/end offsets.
@@ -486,6 +487,100 @@ mod tests {
                     }
                     let bytewise: Vec<usize> = (0..=input.len()).collect();
                     fast_vs_general(input, &bytewise, json, unit);
+                }
+            }
+        }
+    }
+
+    /// Feeds `input` in the pieces `cuts` gives, each as a JSON string
+    /// token (with `pad` bytes after its closing quote) read by
+    /// [`content_token`] then [`MarkerTracker::push_json_after`], and to a
+    /// tracker by `push_json`: the same length and markers after every
+    /// piece. A piece the string scan rejects goes to both by `push_json`.
+    fn after_vs_push_json(input: &[u8], cuts: &[usize], pad: &[u8], unit: OffsetUnit) {
+        let mut after = MarkerTracker::new(9, unit);
+        let mut plain = MarkerTracker::new(9, unit);
+        let mut from = 0;
+        for &cut in cuts.iter().chain([&input.len()]) {
+            let piece = &input[from..cut];
+            from = cut;
+            let token = [&b"\""[..], piece, b"\"", pad].concat();
+            let want = crate::json::scan_string(&token, 0).ok().map(|t| t.0);
+            let got = content_token(&token);
+            assert_eq!(got.map(|t| t.0), want, "{token:?}");
+            match got {
+                Some((_, known)) => {
+                    assert!(known <= piece.len() && fast::is_plain(&piece[..known]));
+                    after.push_json_after(piece, known);
+                }
+                None => after.push_json(piece),
+            }
+            plain.push_json(piece);
+            assert_eq!(after.len(), plain.len(), "{input:?} {cuts:?} {unit}");
+            assert_eq!(after.markers(), plain.markers(), "{input:?} {cuts:?}");
+        }
+        after.finish();
+        plain.finish();
+        assert_eq!(after.len(), plain.len(), "{input:?} {cuts:?} {unit}");
+        assert_eq!(after.markers(), plain.markers(), "{input:?} {cuts:?}");
+    }
+
+    #[test]
+    fn content_token_then_push_json_after_equals_push_json() {
+        let cases: &[&[u8]] = &[
+            b"Hello, the weather in Lisbon is sunny today and warm",
+            b"- Lisbon is sunny today [1]. xxxxxxxxxxxxxxxxxxxxxxxxx [2][3] tail",
+            br#"the [1] and [2][3] `x [4]` y\n\n[5] \"quoted\" [6]"#,
+            r"caf\u00e9 na\u00efve \ud83d\ude00 \ud83d x\\[1] \[2] \q [3]".as_bytes(),
+            "café naïve 東京 😀 — ü [1] 東[2]京 and more plain text after".as_bytes(),
+            b"text\x01 raw control and a \" quote [1]",
+            br"line\n```py\nx = [1]\\n\n```\n\n   [2]\n    ``` [3]\n``x`` [4] ``` [5",
+        ];
+        for &input in cases {
+            for unit in [OffsetUnit::Chars, OffsetUnit::Utf16] {
+                for pad in [&b""[..], b"},\"finish_reason\":null}]}\n\n"] {
+                    after_vs_push_json(input, &[], pad, unit);
+                    for a in 0..=input.len() {
+                        for b in (a..=input.len()).step_by(5) {
+                            after_vs_push_json(input, &[a, b], pad, unit);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where the SIMD scan is built, a plain body with sixteen bytes after
+    /// its quote is known plain throughout, and one with a marker up to
+    /// the marker: the scan the tracker then skips.
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "sse2",
+        not(citestream_disable_simd)
+    ))]
+    #[test]
+    fn content_token_knows_a_plain_body_plain() {
+        let tail = b"},\"finish_reason\":null}]}\n\n";
+        for len in 0..80 {
+            let body = vec![b'a'; len];
+            let token = [&b"\""[..], &body, b"\"", tail].concat();
+            assert_eq!(content_token(&token), Some((len + 2, len)), "{len}");
+            for at in 0..len {
+                for stop in [b'[', b'\\', b'`', 0xC3] {
+                    let mut body = body.clone();
+                    body[at] = stop;
+                    if stop == b'\\' {
+                        body.insert(at + 1, b'n');
+                    }
+                    if stop == 0xC3 {
+                        body.insert(at + 1, 0xA9);
+                    }
+                    let token = [&b"\""[..], &body, b"\"", tail].concat();
+                    assert_eq!(
+                        content_token(&token),
+                        Some((body.len() + 2, at)),
+                        "{len} {at}"
+                    );
                 }
             }
         }

@@ -120,10 +120,34 @@ impl MarkerTracker {
             return;
         }
         let n = if self.text_idle {
-            self.text_run(escaped)
+            self.text_run(escaped, 0)
         } else {
             0
         };
+        if n < escaped.len() {
+            self.push_rest(&escaped[n..], Feed::Json);
+        }
+    }
+
+    /// [`push_json`](Self::push_json) of a body whose first `plain` bytes
+    /// [`content_token`] found plain (none of the bytes that stop the fast
+    /// path in them): the same state after, without scanning them again (a
+    /// body plain throughout without any scan).
+    ///
+    /// [`content_token`]: super::content_token
+    #[inline(always)]
+    pub(crate) fn push_json_after(&mut self, escaped: &[u8], plain: usize) {
+        if !self.text_idle {
+            return self.push_json(escaped);
+        }
+        if plain >= escaped.len() {
+            debug_assert!(super::fast::is_plain(escaped));
+            // As `plain_text`: no backslash, `prev_backslash` stays false.
+            self.scan.pos += escaped.len() as u64;
+            return;
+        }
+        // `text_idle`: not finished, and the plain-piece test would fail.
+        let n = self.text_run(escaped, plain);
         if n < escaped.len() {
             self.push_rest(&escaped[n..], Feed::Json);
         }
@@ -202,7 +226,7 @@ impl MarkerTracker {
             return;
         }
         let n = if self.text_idle {
-            self.text_run(text)
+            self.text_run(text, 0)
         } else {
             0
         };

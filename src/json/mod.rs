@@ -60,6 +60,12 @@ pub use cursor::{Cursor, Holes, MAX_HOLES};
 pub use lookup::{elements, find, members, skip_valid};
 #[cfg(fuzzing)]
 pub use skip::naive_string;
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+))]
+pub use skip::scan_string_rest;
 pub use skip::{
     digits_end, leading_digits, scan_number, scan_string, scan_value, short_string_end, skip_ws,
 };

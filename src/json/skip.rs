@@ -196,6 +196,23 @@ fn string_second(b: &[u8], at: usize) -> Result<(usize, bool), Invalid> {
     string_rest(b, at)
 }
 
+/// [`scan_string`] of the string whose opening quote is before `i`, for a
+/// caller whose own scan found nothing special (`"`, `\\`, a control
+/// character) between the quote and `i`: the index after the closing
+/// quote and whether the string holds an escape from `i` on.
+///
+/// # Errors
+/// As [`scan_string`], for the bytes from `i`.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "sse2",
+    not(citestream_disable_simd)
+))]
+#[inline]
+pub fn scan_string_rest(b: &[u8], i: usize) -> Result<(usize, bool), Invalid> {
+    string_rest(b, i)
+}
+
 /// The rest of the string whose opening quote is before `i` (nothing
 /// before `i` is special), as [`scan_string`] returns it.
 fn string_rest(b: &[u8], mut i: usize) -> Result<(usize, bool), Invalid> {

@@ -62,14 +62,16 @@ impl ChatHandler {
     #[inline(always)]
     fn feed_contents(&mut self, s: &[u8]) {
         for k in 0..self.found.n {
-            let (index, start, end) = self.found.at[k];
-            self.feed_content(index, s, start, end);
+            let (index, start, end, plain) = self.found.at[k];
+            self.feed_content(index, &s[start..end], plain);
         }
     }
 
-    /// Feeds the content body `s[start..end]` to choice `index`'s tracker.
+    /// Feeds the content body `body` to choice `index`'s tracker (`plain`:
+    /// how many of its first bytes the template walk found free of the
+    /// bytes the tracker's fast path stops at).
     #[inline(always)]
-    fn feed_content(&mut self, index: u32, s: &[u8], start: usize, end: usize) {
+    fn feed_content(&mut self, index: u32, body: &[u8], plain: usize) {
         let st = match self.choices.get_mut(index as usize) {
             Some(st) => st,
             None => match self.choice(index) {
@@ -78,7 +80,7 @@ impl ChatHandler {
             },
         };
         if !st.finished {
-            st.tracker.push_json(&s[start..end]);
+            st.tracker.push_json_after(body, plain);
         }
     }
 
@@ -246,9 +248,9 @@ impl ChatHandler {
             }
             self.straddle_hit(i);
             for n in 0..self.held.contents.n {
-                let (index, start, end) = self.held.contents.at[n];
+                let (index, start, end, plain) = self.held.contents.at[n];
                 let s = if n < in_tail { tail } else { head };
-                self.feed_content(index, s, start, end);
+                self.feed_content(index, &s[start..end], plain);
             }
             return end;
         }

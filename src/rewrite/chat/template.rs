@@ -47,11 +47,13 @@ pub(crate) enum Hole {
     Content(u8),
 }
 
-/// The content bodies a match found: (choice index, raw body range).
+/// The content bodies a match found: (choice index, raw body range, how
+/// many of the body's first bytes the walk's scan found plain: see
+/// [`cite::content_token`](crate::cite::content_token)).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Contents {
     pub(crate) n: usize,
-    pub(crate) at: [(u32, usize, usize); MAX_CONTENTS],
+    pub(crate) at: [(u32, usize, usize, usize); MAX_CONTENTS],
 }
 
 impl Contents {
@@ -60,7 +62,7 @@ impl Contents {
     fn record(&mut self, h: Hole, r: Range<usize>) {
         if let Hole::Content(i) = h {
             if let Some(slot) = self.at.get_mut(self.n) {
-                *slot = (u32::from(i), r.start + 1, r.end - 1);
+                *slot = (u32::from(i), r.start + 1, r.end - 1, 0);
                 self.n += 1;
             }
         }
@@ -69,7 +71,7 @@ impl Contents {
     /// Each content hole: the choice index and the raw body's range.
     #[cfg(any(test, fuzzing))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, Range<usize>)> + '_ {
-        self.at[..self.n].iter().map(|&(i, s, e)| (i, s..e))
+        self.at[..self.n].iter().map(|&(i, s, e, _)| (i, s..e))
     }
 }
 
@@ -230,6 +232,20 @@ fn number_end(s: &[u8], i: usize) -> Option<usize> {
         }
         (Some(b'-' | b'0'..=b'9'), _) => json::scan_number(s, i).ok(),
         _ => None,
+    }
+}
+
+/// The length of the string token at the start of `r` in a hole of kind
+/// `h` (not a number) and how many of its body's first bytes are plain
+/// for the tracker: a content's from the scan that also finds them
+/// ([`cite::content_token`](crate::cite::content_token)), any other
+/// string's by the string scan alone (none).
+#[inline(always)]
+fn hole_token(h: Hole, r: &[u8]) -> Option<(usize, usize)> {
+    if let Hole::Content(_) = h {
+        crate::cite::content_token(r)
+    } else {
+        json::scan_string(r, 0).ok().map(|(len, _)| (len, 0))
     }
 }
 
@@ -515,12 +531,12 @@ impl ChunkTemplate {
         if !same(got, head) {
             return None;
         }
-        let len = json::scan_string(r, 0).ok()?.0;
+        let (len, plain) = crate::cite::content_token(r)?;
         let got = r.get(len..)?.get(..tail.len())?;
         if !same(got, tail) {
             return None;
         }
-        c.at[0] = (i, end + 1, end + len - 1);
+        c.at[0] = (i, end + 1, end + len - 1, plain);
         c.n = 1;
         Some(end + len + tail.len())
     }
@@ -544,11 +560,11 @@ impl ChunkTemplate {
         if !same(got, head) {
             return None;
         }
-        let len = json::scan_string(r, 0).ok()?.0;
+        let (len, plain) = hole_token(first, r)?;
         let mut r = r.get(len..)?;
         let mut n = 0;
         if let Hole::Content(i) = first {
-            c.at[0] = (u32::from(i), end + 1, end + len - 1);
+            c.at[0] = (u32::from(i), end + 1, end + len - 1, plain);
             n = 1;
         }
         if let Some((obf, second)) = second {
@@ -557,10 +573,10 @@ impl ChunkTemplate {
             if !same(got, mid) {
                 return None;
             }
-            let len = json::scan_string(hole, 0).ok()?.0;
+            let (len, plain) = hole_token(second, hole)?;
             if let (Hole::Content(i), Some(slot)) = (second, c.at.get_mut(n)) {
                 let start = s.len() - hole.len();
-                *slot = (u32::from(i), start + 1, start + len - 1);
+                *slot = (u32::from(i), start + 1, start + len - 1, plain);
                 n += 1;
             }
             r = hole.get(len..)?;

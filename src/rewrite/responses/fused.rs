@@ -109,12 +109,13 @@ impl Default for Fused {
     }
 }
 
-/// Feeds the content `s[start..end]` of a match to part `k`'s tracker
-/// (none once the part is done: as the general path).
+/// Feeds the content `body` of a match to part `k`'s tracker (none once
+/// the part is done: as the general path; `plain` as
+/// [`Contents`](crate::rewrite::chat::template::Contents) says).
 #[inline(always)]
-fn feed(parts: &mut [Part], k: usize, s: &[u8], start: usize, end: usize) {
+fn feed(parts: &mut [Part], k: usize, body: &[u8], plain: usize) {
     if let Some(t) = parts.get_mut(k).and_then(|p| p.tracker.as_mut()) {
-        t.push_json(&s[start..end]);
+        t.push_json_after(body, plain);
     }
 }
 
@@ -170,8 +171,9 @@ impl ResponsesHandler {
         fz.hit = true;
         let k = fz.part;
         self.last = k;
-        if let Some(&(_, start, end)) = fz.found.at.get(..fz.found.n).and_then(<[_]>::first) {
-            feed(&mut self.parts, k, raw, start, end);
+        if let Some(&(_, start, end, plain)) = fz.found.at.get(..fz.found.n).and_then(<[_]>::first)
+        {
+            feed(&mut self.parts, k, &raw[start..end], plain);
         }
         true
     }
@@ -263,8 +265,10 @@ impl ResponsesHandler {
                 break;
             }
             fz.hit = true;
-            if let Some(&(_, start, end)) = fz.found.at.get(..fz.found.n).and_then(<[_]>::first) {
-                feed(&mut self.parts, k, ev, start, end);
+            if let Some(&(_, start, end, plain)) =
+                fz.found.at.get(..fz.found.n).and_then(<[_]>::first)
+            {
+                feed(&mut self.parts, k, &ev[start..end], plain);
             }
             pos += len;
         }
@@ -321,9 +325,9 @@ impl ResponsesHandler {
         let (k, c) = (fz.part, &fz.held.2);
         self.last = k;
         for n in 0..c.n {
-            let (_, start, end) = c.at[n];
+            let (_, start, end, plain) = c.at[n];
             let s = if n < in_tail { tail } else { head };
-            feed(&mut self.parts, k, s, start, end);
+            feed(&mut self.parts, k, &s[start..end], plain);
         }
         end
     }

@@ -100,7 +100,7 @@ impl ChunkTemplate {
     fn finish_numbers(&self, s: &[u8], c: &mut Contents, end: usize) -> Option<usize> {
         let w = &self.num_walk;
         let start = usize::from(w.start);
-        c.at[0] = (u32::from(w.index), start + 1, end - 1);
+        c.at[0] = (u32::from(w.index), start + 1, end - 1, 0);
         c.n = 1;
         let e = end + usize::from(w.tail_len);
         let got = u64::from_le_bytes(*s.get(..e)?.last_chunk::<8>()?);
@@ -161,7 +161,7 @@ impl ChunkTemplate {
         let Ok((end, _)) = json::scan_string(s, start) else {
             return Some(Err(Stop::InHole));
         };
-        c.at[0] = (u32::from(index), start + 1, end - 1);
+        c.at[0] = (u32::from(index), start + 1, end - 1, 0);
         c.n = 1;
         let head = usize::from(head);
         let tail = self.literal.get(head..)?;
@@ -256,7 +256,7 @@ impl ChunkTemplate {
             return Err(Mismatch);
         }
         let (end, _) = json::scan_string(s, start).map_err(|_| Mismatch)?;
-        c.at[0] = (u32::from(i), start + 1, end - 1);
+        c.at[0] = (u32::from(i), start + 1, end - 1, 0);
         c.n = 1;
         // The tail: in one word (masked) when both are that long.
         let (tail, mask, len) = self.tail;
