@@ -105,7 +105,12 @@
 //! backtick, non-ASCII) only advances the position: one flag test and a
 //! check of those bytes, sixteen a step where SSE2 is built (`simd.rs`) and
 //! four a step through a class table for short pieces and other builds,
-//! without a call. Next, one call takes paragraph text with valid UTF-8
+//! without a call. A caller that must scan the JSON string anyway (the
+//! chat and Responses chunk templates find the end of each content token)
+//! lets one pass do both: `content_token` stops at whatever ends the
+//! string or stops the fast path, and
+//! `MarkerTracker::push_json_after` then skips the bytes it saw plain (a
+//! whole plain token: no scan at all). Next, one call takes paragraph text with valid UTF-8
 //! (counted in the unit inline) and whole markers `[n]`, skipping the plain
 //! ASCII between them the same way; then a loop decodes one-letter escapes,
 //! line starts, line breaks and backtick runs, and skips fence lines to the
