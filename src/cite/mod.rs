@@ -441,16 +441,27 @@ mod tests {
         assert!(t.scan.pending.capacity() <= 8);
     }
 
+    /// `input` cut at `cuts` (ascending), the last piece to its end.
+    fn pieces<'a>(input: &'a [u8], cuts: &'a [usize]) -> impl Iterator<Item = &'a [u8]> {
+        let ends = cuts.iter().copied().chain([input.len()]);
+        let starts = [0].into_iter().chain(cuts.iter().copied());
+        starts.zip(ends).map(|(from, to)| &input[from..to])
+    }
+
+    /// Asserts that two trackers fed `input` in the pieces `cuts` gives
+    /// agree: the same length and markers.
+    fn same(a: &MarkerTracker, b: &MarkerTracker, input: &[u8], cuts: &[usize]) {
+        assert_eq!(a.len(), b.len(), "{input:?} {cuts:?}");
+        assert_eq!(a.markers(), b.markers(), "{input:?} {cuts:?}");
+    }
+
     /// Feeds `input` in the pieces `cuts` gives to a tracker with the fast
     /// path and to one without, comparing the length and the markers after
     /// every piece and at the end.
     fn fast_vs_general(input: &[u8], cuts: &[usize], json: bool, unit: OffsetUnit) {
         let mut fast = MarkerTracker::new(9, unit);
         let mut general = MarkerTracker::new(9, unit);
-        let mut from = 0;
-        for &cut in cuts.iter().chain([&input.len()]) {
-            let piece = &input[from..cut];
-            from = cut;
+        for piece in pieces(input, cuts) {
             if json {
                 fast.push_json(piece);
                 general.push_json_general(piece);
@@ -458,13 +469,11 @@ mod tests {
                 fast.push_text(piece);
                 general.push_text_general(piece);
             }
-            assert_eq!(fast.len(), general.len(), "{input:?} {cuts:?} {unit}");
-            assert_eq!(fast.markers(), general.markers(), "{input:?} {cuts:?}");
+            same(&fast, &general, input, cuts);
         }
         fast.finish();
         general.finish();
-        assert_eq!(fast.len(), general.len(), "{input:?} {cuts:?} {unit}");
-        assert_eq!(fast.markers(), general.markers(), "{input:?} {cuts:?}");
+        same(&fast, &general, input, cuts);
     }
 
     #[test]
@@ -505,10 +514,7 @@ mod tests {
     fn after_vs_push_json(input: &[u8], cuts: &[usize], pad: &[u8], unit: OffsetUnit) {
         let mut after = MarkerTracker::new(9, unit);
         let mut plain = MarkerTracker::new(9, unit);
-        let mut from = 0;
-        for &cut in cuts.iter().chain([&input.len()]) {
-            let piece = &input[from..cut];
-            from = cut;
+        for piece in pieces(input, cuts) {
             let token = [&b"\""[..], piece, b"\"", pad].concat();
             let want = crate::json::scan_string(&token, 0).ok().map(|t| t.0);
             let got = content_token(&token);
@@ -521,13 +527,11 @@ mod tests {
                 None => after.push_json(piece),
             }
             plain.push_json(piece);
-            assert_eq!(after.len(), plain.len(), "{input:?} {cuts:?} {unit}");
-            assert_eq!(after.markers(), plain.markers(), "{input:?} {cuts:?}");
+            same(&after, &plain, input, cuts);
         }
         after.finish();
         plain.finish();
-        assert_eq!(after.len(), plain.len(), "{input:?} {cuts:?} {unit}");
-        assert_eq!(after.markers(), plain.markers(), "{input:?} {cuts:?}");
+        same(&after, &plain, input, cuts);
     }
 
     #[test]
