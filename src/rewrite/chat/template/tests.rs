@@ -324,8 +324,8 @@ fn walk_nums_one_equals_the_general_walk() {
 
 #[test]
 fn short_segments_compare_like_slices() {
-    let a: Vec<u8> = (0..40u8).collect();
-    for n in 0..40 {
+    let a: Vec<u8> = (0..70u8).collect();
+    for n in 0..70 {
         for flip in 0..n {
             let mut b = a[..n].to_vec();
             assert!(same(&a[..n], &b));
