@@ -142,7 +142,24 @@ impl ChatHandler {
         let mut pos = 0;
         'events: while pos < rest.len() {
             let ev = &rest[pos..];
-            for j in 0..TEMPLATES {
+            // First the template that took the last event, when it has the
+            // most common shape: its content fed straight from the walk.
+            // (Tried, it is not tried again below.)
+            let mut tried = 0;
+            let last = &self.templates[self.last_hit % TEMPLATES];
+            if let Some((end, index)) = last.one_content() {
+                if let Some((len, (start, stop, plain))) = last.walk_one_body(ev, end) {
+                    // The parser's limit: the bytes before the blank line.
+                    if len - 1 > max_event {
+                        break 'events;
+                    }
+                    self.feed_content(index, &ev[start..stop], plain);
+                    pos += len;
+                    continue 'events;
+                }
+                tried = 1;
+            }
+            for j in tried..TEMPLATES {
                 let k = (self.last_hit + j) % TEMPLATES;
                 let t = &mut self.templates[k];
                 // (A rest shorter than the literal text is the start of an

@@ -525,11 +525,37 @@ impl ChunkTemplate {
         })
     }
 
+    /// The most common template's shape, for the fused path's first try
+    /// ([`walk_one_body`](Self::walk_one_body) without the [`Contents`]
+    /// record): framed, ready and of one content hole, its end in the
+    /// literal and its choice index.
+    #[inline(always)]
+    pub(crate) fn one_content(&self) -> Option<(usize, u32)> {
+        match (self.framed && self.ready, self.n, &self.holes) {
+            (true, 1, [(end, Hole::Content(i)), ..]) => Some((usize::from(*end), u32::from(*i))),
+            _ => None,
+        }
+    }
+
     /// [`walk_contents`](Self::walk_contents) for the most common template,
     /// one content hole ending the literal's first `end` bytes (a
     /// single-choice content chunk): straight-line, no loop.
     #[inline(always)]
     fn walk_one(&self, s: &[u8], end: usize, i: u32, c: &mut Contents) -> Option<usize> {
+        let (len, body) = self.walk_one_body(s, end)?;
+        c.at[0] = (i, body.0, body.1, body.2);
+        c.n = 1;
+        Some(len)
+    }
+
+    /// [`walk_one`](Self::walk_one)'s walk: the match's length and its
+    /// content body (start, end, plain prefix; as [`Contents`] records it).
+    #[inline(always)]
+    pub(crate) fn walk_one_body(
+        &self,
+        s: &[u8],
+        end: usize,
+    ) -> Option<(usize, (usize, usize, usize))> {
         let (head, tail) = self.literal.split_at_checked(end)?;
         let (got, r) = s.split_at_checked(head.len())?;
         if !same(got, head) {
@@ -540,9 +566,7 @@ impl ChunkTemplate {
         if !same(got, tail) {
             return None;
         }
-        c.at[0] = (i, end + 1, end + len - 1, plain);
-        c.n = 1;
-        Some(end + len + tail.len())
+        Some((end + len + tail.len(), (end + 1, end + len - 1, plain)))
     }
 
     /// [`walk_contents`](Self::walk_contents) for the next most common
