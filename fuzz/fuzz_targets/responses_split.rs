@@ -129,8 +129,6 @@ fn shaped(data: &[u8], seq: bool, event_lines: bool) -> String {
     let (mut o, mut c) = (0u32, 0u32);
     let mut text = String::new();
     let mut delta = String::new();
-    // A delta came for part `c` since it was last closed.
-    let mut open = false;
     for &b in data {
         if b & 0x80 == 0 {
             delta.push_str(TOKENS[usize::from(b) % TOKENS.len()]);
@@ -142,13 +140,12 @@ fn shaped(data: &[u8], seq: bool, event_lines: bool) -> String {
         );
         text.push_str(&delta);
         delta.clear();
-        open = true;
-        // An item ends with its open part closed: a part's `done` text is
-        // always its deltas (the next item's part starts empty).
-        if b & 0x40 != 0 || (b & 0x20 != 0 && open) {
+        // Part `c` has just had a delta, so it is open here. An item ends
+        // with its open part closed: a part's `done` text is always its
+        // deltas (the next item's part starts empty).
+        if b & 0x40 != 0 || b & 0x20 != 0 {
             w.close_part(&mut parts, &mut text, o, c);
             c += 1;
-            open = false;
         }
         if b & 0x20 != 0 && !parts.is_empty() {
             items.push(format!(
