@@ -770,8 +770,10 @@ def main() -> None:
     ap.add_argument("--compare-bin", metavar="PATH",
                     help="also the serve and ext-proc rows of this other `citestream` binary (e.g. main's build)")
     ap.add_argument("--only", metavar="WORDS",
-                    help="comma-separated: only the peers whose row name contains one of them "
-                         "(e.g. `ext-proc,do-nothing`: the ext_proc rows)")
+                    help="comma-separated: only the peers whose kind contains one of them (kinds: nginx, "
+                         "`Envoy router only`, LiteLLM, `citestream serve`, `citestream ext-proc`, do-nothing, "
+                         "and with --compare-bin `citestream serve compare`, `citestream ext-proc compare`; "
+                         "e.g. `ext-proc,do-nothing`: the ext_proc rows); a word no kind contains is an error")
     args = ap.parse_args()
     if args.quick:
         plan = Plan(reps=1, unpaced_events=300, paced1_events=20, paced_streams=5, paced_events=10, gap_us=2000,
@@ -810,9 +812,13 @@ def main() -> None:
     if args.only:
         words = [w for w in args.only.split(",") if w]
         kinds = sorted({k for k, _ in starters})
+        unmatched = [w for w in words if not any(w in k for k in kinds)]
+        if unmatched or not words:
+            # (A word matching nothing would silently drop a peer the
+            # caller meant, e.g. `Envoy 1.40`, a row name, not a kind.)
+            raise SystemExit(f"--only {args.only!r}: {', '.join(map(repr, unmatched)) or 'no word'} matches no peer "
+                             f"(kinds: {', '.join(kinds)})")
         starters = [(k, s) for k, s in starters if any(w in k for w in words)]
-        if not starters:
-            raise SystemExit(f"--only {args.only!r}: no peer matches (peers: {', '.join(kinds)})")
     try:
         # Started side by side (LiteLLM alone takes seconds), kept in this order.
         with concurrent.futures.ThreadPoolExecutor(len(starters)) as pool:
