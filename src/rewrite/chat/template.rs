@@ -169,6 +169,11 @@ pub(crate) struct ChunkTemplate {
     /// ([`walk_contents`](Self::walk_contents)) alone (one flag for the
     /// hot path to test).
     ready: bool,
+    /// When framed, ready and of one content hole (the most common
+    /// shape): that hole's end in the literal and its choice index, for
+    /// [`one_content`](Self::one_content) to read in one load. Kept by
+    /// [`set_ready`](Self::set_ready), the one writer of `ready`.
+    one: Option<(u16, u8)>,
 }
 
 impl Default for ChunkTemplate {
@@ -196,6 +201,7 @@ static EMPTY: ChunkTemplate = ChunkTemplate {
     probation: false,
     valid: false,
     ready: false,
+    one: None,
 };
 
 /// Whether `a == b` for slices of equal length, without a library call
@@ -531,10 +537,16 @@ impl ChunkTemplate {
     /// literal and its choice index.
     #[inline(always)]
     pub(crate) fn one_content(&self) -> Option<(usize, u32)> {
-        match (self.framed && self.ready, self.n, &self.holes) {
-            (true, 1, [(end, Hole::Content(i)), ..]) => Some((usize::from(*end), u32::from(*i))),
+        self.one.map(|(end, i)| (usize::from(end), u32::from(i)))
+    }
+
+    /// Sets `ready` and, from it and the template's shape, `one`.
+    fn set_ready(&mut self, ready: bool) {
+        self.ready = ready;
+        self.one = match (self.framed && ready, self.n, &self.holes) {
+            (true, 1, [(end, Hole::Content(i)), ..]) => Some((*end, *i)),
             _ => None,
-        }
+        };
     }
 
     /// [`walk_contents`](Self::walk_contents) for the most common template,

@@ -111,7 +111,7 @@ impl ChunkTemplate {
             if dropped && fits {
                 self.build(&s[..end], &cuts[..n]);
             }
-            self.ready = self.valid;
+            self.set_ready(self.valid);
         }
         Some(end)
     }
@@ -131,7 +131,7 @@ impl ChunkTemplate {
         holes: &[Range<usize>],
     ) {
         self.valid = false;
-        self.ready = false;
+        self.set_ready(false);
         self.probation = false;
         if s.len() > MAX_TEMPLATE || holes.len() >= MAX_HOLES - MAX_CONTENTS {
             return;
@@ -177,13 +177,13 @@ impl ChunkTemplate {
         }
         // Only content holes: nothing to refine.
         self.probation = !holes.is_empty();
-        self.ready = !self.probation;
+        self.set_ready(!self.probation);
     }
 
     /// Cuts `s` at the sorted, disjoint token ranges `cuts`.
     fn build(&mut self, s: &[u8], cuts: &[Cut]) -> bool {
         self.valid = false;
-        self.ready = false;
+        self.set_ready(false);
         self.literal.clear();
         self.n = 0;
         if cuts.len() > MAX_HOLES {
