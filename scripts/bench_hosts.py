@@ -36,7 +36,11 @@ Measured per peer, the peers interleaved (the order rotates each repetition),
 medians over the repetitions:
 * CPU µs per event: all threads of the peer's processes (the process tree;
   Envoy plus the processor for the ext_proc rows), /proc/PID/task/*/schedstat,
-  unpaced (1 stream x 5,000 events) and paced (50 streams, 2 ms apart);
+  unpaced (1 stream x 5,000 events, 20 times in a row per repetition and
+  counted together: one such stream is ~1 ms of a proxy's CPU, too short
+  a window to read to better than ±30%) and paced (50 streams, 2 ms
+  apart); `serve`'s `web_search` on against off, repetition by
+  repetition (the two measured back to back), under the ratios table;
 * syscalls and context switches per event in the same two loads: `perf stat`
   (raw_syscalls:sys_enter, context-switches) in one extra pass when perf
   works, else /proc (voluntary + nonvoluntary ctxt switches of every thread;
@@ -93,7 +97,9 @@ LOAD_TIMEOUT = 300.0  # seconds: the bound on any one load
 
 
 def in_e2e_venv() -> None:
-    """Re-runs this script under the end-to-end virtualenv when needed."""
+    """Re-runs the running script (this one, or one that imports it, such
+    as bench_serve_callgrind.py) under the end-to-end virtualenv when
+    needed."""
     # Looked up, not imported: importing litellm fetches its model cost map.
     if all(importlib.util.find_spec(m) for m in ("envoy", "litellm", "httpx")):
         return
@@ -102,10 +108,10 @@ def in_e2e_venv() -> None:
     py = subprocess.run([str(ROOT / "scripts" / "e2e-venv.sh")], check=True, capture_output=True,
                         text=True).stdout.strip().splitlines()[-1]
     os.environ["BENCH_HOSTS_REEXEC"] = "1"
-    os.execv(py, [py, __file__, *sys.argv[1:]])
+    os.execv(py, [py, sys.argv[0], *sys.argv[1:]])
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" or importlib.util.find_spec("httpx") is None:
     in_e2e_venv()
 
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
@@ -531,16 +537,25 @@ class Plan:
     gap_us: int
     rss_steps: tuple[int, ...]
     marker_every: int = 1  # every Nth event cites [1] (0: none)
+    # The unpaced load, 1 stream, this many times in a row per repetition,
+    # counted together: one stream of 5,000 events is ~1 ms of a proxy's
+    # CPU, and a figure that short moved by ±30% between repetitions.
+    unpaced_times: int = 20
 
 
 def measure_load(up: Upstream, peer: Peer, streams: int, events: int, gap_us: int,
-                 perf_tmp: Path | None = None) -> dict:
-    """One load through `peer`: its latencies and per-event CPU and counters."""
-    up.job(events, gap_us)
+                 perf_tmp: Path | None = None, times: int = 1) -> dict:
+    """One load through `peer` (`times` times, one after another, counted
+    together): its latencies and per-event CPU and counters."""
     pids = peer.pids()
     perf = PerfStat(pids, perf_tmp) if perf_tmp else None
     before = proc_counters(pids)
-    lat, failed, _ = run_load(peer.url, peer, streams, events)
+    lat, failed = [], 0
+    for _ in range(times):
+        up.job(events, gap_us)
+        got, bad, _ = run_load(peer.url, peer, streams, events)
+        lat += got
+        failed += bad
     after = proc_counters(pids)
     n = max(1, len(lat))
     got = {k: (after[k] - before[k]) / n for k in after}
@@ -612,7 +627,7 @@ def run(plan: Plan, peers: list[Peer], up: Upstream, tmp: Path, use_perf: bool) 
         print(f"repetition {rep + 1}/{plan.reps}", file=sys.stderr)
         for p in order:
             if p is not direct:
-                m = measure_load(up, p, 1, plan.unpaced_events, 0)
+                m = measure_load(up, p, 1, plan.unpaced_events, 0, times=plan.unpaced_times)
                 for key in ("cpu", "ctx", "sys"):
                     note(p.name, f"unpaced_{key}", m[key])
                 note(p.name, "failed", m["failed"])
@@ -638,7 +653,7 @@ def run(plan: Plan, peers: list[Peer], up: Upstream, tmp: Path, use_perf: bool) 
     if use_perf:  # one extra pass with perf attached (its overhead stays out of the CPU figures)
         print("perf pass", file=sys.stderr)
         for p in peers:
-            m = measure_load(up, p, 1, plan.unpaced_events, 0, perf_tmp=tmp)
+            m = measure_load(up, p, 1, plan.unpaced_events, 0, perf_tmp=tmp, times=plan.unpaced_times)
             note(p.name, "unpaced_perf_sys", m.get("perf_sys"))
             note(p.name, "unpaced_perf_ctx", m.get("perf_ctx"))
             m = measure_load(up, p, plan.paced_streams, plan.paced_events, plan.gap_us, perf_tmp=tmp)
@@ -677,7 +692,8 @@ def report(plan: Plan, peers: list[Peer], res: dict, use_perf: bool, notes: list
     lines = [
         f"Host benchmark, {when}, commit {commit}{' (with local changes)' if dirty else ''}, "
         f"`nproc` {os.cpu_count()}, load average before the run {os.getloadavg()[0]:.2f}.",
-        f"Medians of {plan.reps} interleaved repetitions. Unpaced: 1 stream x {plan.unpaced_events:,} events; "
+        f"Medians of {plan.reps} interleaved repetitions. Unpaced: 1 stream x {plan.unpaced_events:,} events, "
+        f"{plan.unpaced_times} times in a row per repetition; "
         f"paced: {plan.paced_streams} streams x {plan.paced_events} events, {gap:g} ms apart (latency also at "
         f"1 stream x {plan.paced1_events}); 226-byte events, {marks}. Syscalls and context switches: {src}. "
         f"RSS: slope over {', '.join(map(str, plan.rss_steps))} streams held open. Every peer runs one worker "
@@ -713,6 +729,13 @@ def report(plan: Plan, peers: list[Peer], res: dict, use_perf: bool, notes: list
             x = med(res, p.name, key)
             cells.append(" / ".join(ratio(x, med(res, b, key)) if b else "–" for b in (nginx, envoy)))
         lines.append(f"| {p.name} | " + " | ".join(cells) + " |")
+    off = next((p.name for p in peers if p.name.startswith("`citestream serve` (1") and p.name.endswith("off")), None)
+    on = next((p.name for p in peers if p.name.startswith("`citestream serve` (1") and p.name.endswith("on")), None)
+    if off and on:
+        pairs = [b / a for a, b in zip(res[off].get("unpaced_cpu", []), res[on].get("unpaced_cpu", [])) if a]
+        if pairs:
+            lines += ["", f"`serve` unpaced CPU, `web_search` on / off per repetition: "
+                      f"{', '.join(f'{x:.2f}' for x in pairs)} (median {statistics.median(pairs):.2f}x)."]
     lines += [""] + [f"Note: {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -777,7 +800,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         plan = Plan(reps=1, unpaced_events=300, paced1_events=20, paced_streams=5, paced_events=10, gap_us=2000,
-                    rss_steps=(5, 10, 15))
+                    rss_steps=(5, 10, 15), unpaced_times=2)
     else:
         plan = Plan(reps=5, unpaced_events=5000, paced1_events=500, paced_streams=50, paced_events=100,
                     gap_us=2000, rss_steps=(100, 200, 300, 400, 500))
