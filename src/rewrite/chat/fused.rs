@@ -14,9 +14,21 @@
 //! path switched off).
 
 use super::ChatHandler;
-use super::template::{MAX_CONTENTS, Stop, TEMPLATES};
+use super::template::{MAX_CONTENTS, Stop, TEMPLATES, walk_one_parts};
 use crate::rewrite::driver::Tail;
 use crate::sse::FrameRef;
+
+/// How [`ChatHandler::one_content_run`] ended.
+enum Run {
+    /// The last template is not of the most common shape: not tried.
+    NotOne,
+    /// It did not take the event at the position reached.
+    Miss,
+    /// The event there is over the parser's size limit.
+    TooLong,
+    /// The run reached the end of the input.
+    End,
+}
 
 impl ChatHandler {
     /// Switches the fused path on or off (for the differential tests).
@@ -141,24 +153,16 @@ impl ChatHandler {
         }
         let mut pos = 0;
         'events: while pos < rest.len() {
+            // First the run of events the template that took the last event
+            // takes, when it has the most common shape. (Tried, it is not
+            // tried again below.)
+            let tried = match self.one_content_run(rest, &mut pos, max_event) {
+                Run::NotOne => 0,
+                Run::Miss => 1,
+                Run::End => break,
+                Run::TooLong => break 'events,
+            };
             let ev = &rest[pos..];
-            // First the template that took the last event, when it has the
-            // most common shape: its content fed straight from the walk.
-            // (Tried, it is not tried again below.)
-            let mut tried = 0;
-            let last = &self.templates[self.last_hit % TEMPLATES];
-            if let Some((end, index)) = last.one_content() {
-                if let Some((len, (start, stop, plain))) = last.walk_one_body(ev, end) {
-                    // The parser's limit: the bytes before the blank line.
-                    if len - 1 > max_event {
-                        break 'events;
-                    }
-                    self.feed_content(index, &ev[start..stop], plain);
-                    pos += len;
-                    continue 'events;
-                }
-                tried = 1;
-            }
             for j in tried..TEMPLATES {
                 let k = (self.last_hit + j) % TEMPLATES;
                 let t = &mut self.templates[k];
@@ -182,6 +186,47 @@ impl ChatHandler {
             break;
         }
         pos
+    }
+
+    /// The events from `rest[*pos..]` on that the template which took the
+    /// last event takes, when it is framed, ready and of one content hole
+    /// of a choice seen before (the most common shape): each walked
+    /// straight ([`walk_one_parts`]), its content fed to the choice's
+    /// tracker at once, `*pos` moved past it. The template's parts, the
+    /// tracker and the size check are looked up once per run, not per
+    /// event. How the run ended: [`Run::End`] at the end of `rest`.
+    #[inline(always)]
+    fn one_content_run(&mut self, rest: &[u8], pos: &mut usize, max_event: usize) -> Run {
+        let t = &self.templates[self.last_hit % TEMPLATES];
+        let Some((end, index)) = t.one_content() else {
+            return Run::NotOne;
+        };
+        let (Some(parts), Some(st)) = (t.one_parts(end), self.choices.get_mut(index as usize))
+        else {
+            return Run::NotOne;
+        };
+        // (A finished choice's content is not fed, as `feed_content`.)
+        let mut tracker = (!st.finished).then_some(&mut st.tracker);
+        // The parser's limit: the bytes before the blank line. A rest no
+        // longer than that holds no event over it.
+        let limit = if rest.len() <= max_event {
+            usize::MAX
+        } else {
+            max_event
+        };
+        while let Some(ev) = rest.get(*pos..).filter(|ev| !ev.is_empty()) {
+            let Some((len, (start, stop, plain))) = walk_one_parts(ev, parts) else {
+                return Run::Miss;
+            };
+            if len - 1 > limit {
+                return Run::TooLong;
+            }
+            if let Some(tracker) = tracker.as_mut() {
+                tracker.push_json_after(&ev[start..stop], plain);
+            }
+            *pos += len;
+        }
+        Run::End
     }
 
     /// Whether an event starting with `tail` may be one

@@ -259,6 +259,31 @@ fn hole_token(h: Hole, r: &[u8]) -> Option<(usize, usize)> {
     }
 }
 
+/// The walk of a template of one content hole, straight-line, from its
+/// literal text before and after the hole (`head`, `tail`,
+/// [`ChunkTemplate::one_parts`]): the match's length at the start of `s`
+/// and its content body (start, end, plain prefix; as [`Contents`]
+/// records it), or `None`. [`ChunkTemplate::walk_one`] walks with it, and
+/// the fused path's run of such events
+/// ([`fused_events`](super::ChatHandler::fused_events)).
+#[inline(always)]
+pub(crate) fn walk_one_parts(
+    s: &[u8],
+    (head, tail): (&[u8], &[u8]),
+) -> Option<(usize, (usize, usize, usize))> {
+    let end = head.len();
+    let (got, r) = s.split_at_checked(end)?;
+    if !same(got, head) {
+        return None;
+    }
+    let (len, plain) = crate::cite::content_token(r)?;
+    let got = r.get(len..)?.get(..tail.len())?;
+    if !same(got, tail) {
+        return None;
+    }
+    Some((end + len + tail.len(), (end + 1, end + len - 1, plain)))
+}
+
 impl ChunkTemplate {
     /// The length of the literal text (a lower bound of a match's).
     #[inline]
@@ -532,9 +557,9 @@ impl ChunkTemplate {
     }
 
     /// The most common template's shape, for the fused path's first try
-    /// ([`walk_one_body`](Self::walk_one_body) without the [`Contents`]
-    /// record): framed, ready and of one content hole, its end in the
-    /// literal and its choice index.
+    /// ([`walk_one_parts`] without the [`Contents`] record, a run of
+    /// events at a time): framed, ready and of one content hole, its end
+    /// in the literal and its choice index.
     #[inline(always)]
     pub(crate) fn one_content(&self) -> Option<(usize, u32)> {
         self.one.map(|(end, i)| (usize::from(end), u32::from(i)))
@@ -554,31 +579,18 @@ impl ChunkTemplate {
     /// single-choice content chunk): straight-line, no loop.
     #[inline(always)]
     fn walk_one(&self, s: &[u8], end: usize, i: u32, c: &mut Contents) -> Option<usize> {
-        let (len, body) = self.walk_one_body(s, end)?;
+        let (len, body) = walk_one_parts(s, self.one_parts(end)?)?;
         c.at[0] = (i, body.0, body.1, body.2);
         c.n = 1;
         Some(len)
     }
 
-    /// [`walk_one`](Self::walk_one)'s walk: the match's length and its
-    /// content body (start, end, plain prefix; as [`Contents`] records it).
+    /// The literal text of a one-content template (`end` from
+    /// [`one_content`](Self::one_content)) before and after its hole, for
+    /// a run of [`walk_one_parts`] calls.
     #[inline(always)]
-    pub(crate) fn walk_one_body(
-        &self,
-        s: &[u8],
-        end: usize,
-    ) -> Option<(usize, (usize, usize, usize))> {
-        let (head, tail) = self.literal.split_at_checked(end)?;
-        let (got, r) = s.split_at_checked(head.len())?;
-        if !same(got, head) {
-            return None;
-        }
-        let (len, plain) = crate::cite::content_token(r)?;
-        let got = r.get(len..)?.get(..tail.len())?;
-        if !same(got, tail) {
-            return None;
-        }
-        Some((end + len + tail.len(), (end + 1, end + len - 1, plain)))
+    pub(crate) fn one_parts(&self, end: usize) -> Option<(&[u8], &[u8])> {
+        self.literal.split_at_checked(end)
     }
 
     /// [`walk_contents`](Self::walk_contents) for the next most common
