@@ -214,7 +214,8 @@ pub struct Sources {
     list: Vec<Source>,
     /// `[{"index":1,"title":…,"url":…},…]`
     sources_json: String,
-    /// Per source: `"url":…,"title":…` members for a `url_citation` object.
+    /// Per source: `,"url":…,"title":…}`, the rest of a `url_citation`
+    /// object after its `end_index` (the chat shape adds one more `}`).
     url_citation_members: Vec<String>,
 }
 
@@ -236,10 +237,11 @@ impl Sources {
             push_opt_str(&mut sources_json, s.url.as_deref());
             sources_json.push('}');
 
-            let mut m = String::from("\"url\":");
+            let mut m = String::from(",\"url\":");
             push_str_or_empty(&mut m, s.url.as_deref());
             m.push_str(",\"title\":");
             push_str_or_empty(&mut m, s.title.as_deref());
+            m.push('}');
             url_citation_members.push(m);
         }
         sources_json.push(']');
@@ -336,9 +338,10 @@ impl Sources {
         push_u64(out, start);
         out.extend_from_slice(ANNOTATION_END);
         push_u64(out, end);
-        out.push(b',');
         out.extend_from_slice(self.url_citation_members[number as usize - 1].as_bytes());
-        out.extend_from_slice(shape.tail());
+        if shape == AnnotationShape::Nested {
+            out.push(b'}');
+        }
     }
 
     /// [`annotation_len`](Self::annotation_len) in either shape.
@@ -349,13 +352,27 @@ impl Sources {
         start: u64,
         end: u64,
     ) -> usize {
+        self.annotation_len_in(shape, number, start, end, &mut DecimalLen::default())
+    }
+
+    /// [`annotation_len_as`](Self::annotation_len_as) with the offsets'
+    /// lengths from `digits`, which a caller sizing many annotations keeps
+    /// from one to the next (their offsets mostly rise).
+    #[inline]
+    pub(crate) fn annotation_len_in(
+        &self,
+        shape: AnnotationShape,
+        number: u32,
+        start: u64,
+        end: u64,
+        digits: &mut DecimalLen,
+    ) -> usize {
         shape.head().len()
-            + u64_len(start)
+            + digits.of(start)
             + ANNOTATION_END.len()
-            + u64_len(end)
-            + 1
+            + digits.of(end)
             + self.url_citation_members[number as usize - 1].len()
-            + shape.tail().len()
+            + usize::from(shape == AnnotationShape::Nested)
     }
 
     /// The top-level `citations` array as JSON (docs/reference/responses.md, "The citations array"): one entry per
@@ -416,13 +433,6 @@ impl AnnotationShape {
             AnnotationShape::Flat => b"{\"type\":\"url_citation\",\"start_index\":",
         }
     }
-
-    fn tail(self) -> &'static [u8] {
-        match self {
-            AnnotationShape::Nested => b"}}",
-            AnnotationShape::Flat => b"}",
-        }
-    }
 }
 
 const ANNOTATION_END: &[u8] = b",\"end_index\":";
@@ -430,6 +440,55 @@ const ANNOTATION_END: &[u8] = b",\"end_index\":";
 /// The number of decimal digits of `v`.
 fn u64_len(v: u64) -> usize {
     v.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// The number of decimal digits of numbers that mostly come in rising
+/// order (the offsets of a choice's annotations, in the order they are
+/// written): the range of numbers of the last one's length is kept, so
+/// most cost two comparisons and a number of another length one
+/// [`u64_len`]. Exact for any order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DecimalLen {
+    /// Every `v` with `lo <= v < hi` has `len` digits (empty at first).
+    lo: u64,
+    hi: u64,
+    len: usize,
+}
+
+impl Default for DecimalLen {
+    fn default() -> Self {
+        DecimalLen {
+            lo: 1,
+            hi: 0,
+            len: 0,
+        }
+    }
+}
+
+impl DecimalLen {
+    /// The number of decimal digits of `v`.
+    #[inline]
+    pub(crate) fn of(&mut self, v: u64) -> usize {
+        if self.lo <= v && v < self.hi {
+            return self.len;
+        }
+        self.refill(v)
+    }
+
+    /// [`of`](Self::of) for a `v` of another length: its length's range.
+    #[cold]
+    fn refill(&mut self, v: u64) -> usize {
+        let len = u64_len(v);
+        self.len = len;
+        self.lo = if len == 1 {
+            0
+        } else {
+            10u64.pow(len as u32 - 1)
+        };
+        // (20 digits: no power of ten above; such numbers take this path.)
+        self.hi = 10u64.checked_pow(len as u32).unwrap_or(self.lo);
+        len
+    }
 }
 
 fn push_u64(out: &mut Vec<u8>, v: u64) {
@@ -485,6 +544,36 @@ fn push_str_or_empty(out: &mut String, s: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_len_counts_every_number_in_any_order() {
+        let mut rising = DecimalLen::default();
+        let check = |d: &mut DecimalLen, v: u64| {
+            assert_eq!(d.of(v), v.to_string().len(), "{v}");
+        };
+        let mut all = Vec::new();
+        for v in 0..100_000 {
+            check(&mut rising, v);
+            all.push(v);
+        }
+        let mut p = 1u64;
+        while let Some(q) = p.checked_mul(10) {
+            for v in [p - 1, p, p + 1, q - 1] {
+                check(&mut rising, v);
+                all.push(v);
+            }
+            p = q;
+        }
+        for v in [u64::MAX - 1, u64::MAX, 0, 9, 10, u64::MAX, 99] {
+            check(&mut rising, v);
+            all.push(v);
+        }
+        // Falling and mixed orders: each length's range found again.
+        let mut any = DecimalLen::default();
+        for v in all.iter().rev().chain(all.iter().step_by(7)) {
+            check(&mut any, *v);
+        }
+    }
 
     #[test]
     fn decimal_writes_every_number_as_to_string_does() {

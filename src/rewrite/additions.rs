@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::cite::Marker;
 use crate::json::{self, Field, Invalid, Member, Splice};
-use crate::sources::{AnnotationShape, Sources};
+use crate::sources::{AnnotationShape, DecimalLen, Sources};
 use crate::sse::{self, Event, FrameRef};
 
 use super::RewriteOptions;
@@ -242,9 +242,10 @@ pub(crate) fn annotations_len(
     sources: &Sources,
     markers: &[Marker],
 ) -> usize {
+    let mut digits = DecimalLen::default();
     let items: usize = markers
         .iter()
-        .map(|m| sources.annotation_len_as(shape, m.number, m.start, m.end))
+        .map(|m| sources.annotation_len_in(shape, m.number, m.start, m.end, &mut digits))
         .sum();
     2 + items + markers.len().saturating_sub(1)
 }
