@@ -36,10 +36,11 @@ Measured per peer, the peers interleaved (the order rotates each repetition),
 medians over the repetitions:
 * CPU µs per event: all threads of the peer's processes (the process tree;
   Envoy plus the processor for the ext_proc rows), /proc/PID/task/*/schedstat,
-  unpaced (1 stream x 5,000 events, 20 times in a row per repetition and
-  counted together: one such stream is ~1 ms of a proxy's CPU, too short
-  a window to read to better than ±30%) and paced (50 streams, 2 ms
-  apart); `serve`'s `web_search` on against off, repetition by
+  unpaced (1 stream x 5,000 events, in a row per repetition and counted
+  together until the peer has taken 20 ms of CPU, at most 20 times: one
+  such stream is ~1 ms of `serve`'s CPU, too short a window to read to
+  better than ±30%; LiteLLM's is seconds and runs once) and paced (50
+  streams, 2 ms apart); `serve`'s `web_search` on against off, repetition by
   repetition (the two measured back to back), under the ratios table;
 * syscalls and context switches per event in the same two loads: `perf stat`
   (raw_syscalls:sys_enter, context-switches) in one extra pass when perf
@@ -537,16 +538,20 @@ class Plan:
     gap_us: int
     rss_steps: tuple[int, ...]
     marker_every: int = 1  # every Nth event cites [1] (0: none)
-    # The unpaced load, 1 stream, this many times in a row per repetition,
-    # counted together: one stream of 5,000 events is ~1 ms of a proxy's
-    # CPU, and a figure that short moved by ±30% between repetitions.
+    # The unpaced load, 1 stream, again and again per repetition (counted
+    # together) until the peer has taken `unpaced_cpu` seconds of CPU, at
+    # most `unpaced_times` times: one stream of 5,000 events is ~1 ms of
+    # a proxy's CPU, and a figure that short moved by ±30% between
+    # repetitions (LiteLLM's one stream is seconds: it runs once).
     unpaced_times: int = 20
+    unpaced_cpu: float = 0.02
 
 
 def measure_load(up: Upstream, peer: Peer, streams: int, events: int, gap_us: int,
-                 perf_tmp: Path | None = None, times: int = 1) -> dict:
-    """One load through `peer` (`times` times, one after another, counted
-    together): its latencies and per-event CPU and counters."""
+                 perf_tmp: Path | None = None, times: int = 1, min_cpu: float = 0.0) -> dict:
+    """One load through `peer`, again and again (one after another, counted
+    together) until it has taken `min_cpu` CPU seconds or ran `times`
+    times: its latencies and per-event CPU and counters."""
     pids = peer.pids()
     perf = PerfStat(pids, perf_tmp) if perf_tmp else None
     before = proc_counters(pids)
@@ -556,7 +561,9 @@ def measure_load(up: Upstream, peer: Peer, streams: int, events: int, gap_us: in
         got, bad, _ = run_load(peer.url, peer, streams, events)
         lat += got
         failed += bad
-    after = proc_counters(pids)
+        after = proc_counters(pids)
+        if after["cpu"] - before["cpu"] >= min_cpu:
+            break
     n = max(1, len(lat))
     got = {k: (after[k] - before[k]) / n for k in after}
     got["cpu"] *= 1e6
@@ -627,7 +634,8 @@ def run(plan: Plan, peers: list[Peer], up: Upstream, tmp: Path, use_perf: bool) 
         print(f"repetition {rep + 1}/{plan.reps}", file=sys.stderr)
         for p in order:
             if p is not direct:
-                m = measure_load(up, p, 1, plan.unpaced_events, 0, times=plan.unpaced_times)
+                m = measure_load(up, p, 1, plan.unpaced_events, 0, times=plan.unpaced_times,
+                                 min_cpu=plan.unpaced_cpu)
                 for key in ("cpu", "ctx", "sys"):
                     note(p.name, f"unpaced_{key}", m[key])
                 note(p.name, "failed", m["failed"])
@@ -653,7 +661,8 @@ def run(plan: Plan, peers: list[Peer], up: Upstream, tmp: Path, use_perf: bool) 
     if use_perf:  # one extra pass with perf attached (its overhead stays out of the CPU figures)
         print("perf pass", file=sys.stderr)
         for p in peers:
-            m = measure_load(up, p, 1, plan.unpaced_events, 0, perf_tmp=tmp, times=plan.unpaced_times)
+            m = measure_load(up, p, 1, plan.unpaced_events, 0, perf_tmp=tmp, times=plan.unpaced_times,
+                             min_cpu=plan.unpaced_cpu)
             note(p.name, "unpaced_perf_sys", m.get("perf_sys"))
             note(p.name, "unpaced_perf_ctx", m.get("perf_ctx"))
             m = measure_load(up, p, plan.paced_streams, plan.paced_events, plan.gap_us, perf_tmp=tmp)
@@ -693,7 +702,8 @@ def report(plan: Plan, peers: list[Peer], res: dict, use_perf: bool, notes: list
         f"Host benchmark, {when}, commit {commit}{' (with local changes)' if dirty else ''}, "
         f"`nproc` {os.cpu_count()}, load average before the run {os.getloadavg()[0]:.2f}.",
         f"Medians of {plan.reps} interleaved repetitions. Unpaced: 1 stream x {plan.unpaced_events:,} events, "
-        f"{plan.unpaced_times} times in a row per repetition; "
+        f"in a row per repetition until {plan.unpaced_cpu * 1000:g} ms of the peer's CPU, at most "
+        f"{plan.unpaced_times} times; "
         f"paced: {plan.paced_streams} streams x {plan.paced_events} events, {gap:g} ms apart (latency also at "
         f"1 stream x {plan.paced1_events}); 226-byte events, {marks}. Syscalls and context switches: {src}. "
         f"RSS: slope over {', '.join(map(str, plan.rss_steps))} streams held open. Every peer runs one worker "
