@@ -216,7 +216,7 @@ pub struct Sources {
     sources_json: String,
     /// Per source: `,"url":…,"title":…}`, the rest of a `url_citation`
     /// object after its `end_index` (the chat shape adds one more `}`).
-    url_citation_members: Vec<String>,
+    url_citation_rest: Vec<String>,
 }
 
 impl Sources {
@@ -224,7 +224,7 @@ impl Sources {
     #[must_use]
     pub fn new(list: Vec<Source>) -> Self {
         let mut sources_json = String::from("[");
-        let mut url_citation_members = Vec::with_capacity(list.len());
+        let mut url_citation_rest = Vec::with_capacity(list.len());
         for (i, s) in list.iter().enumerate() {
             if i > 0 {
                 sources_json.push(',');
@@ -242,13 +242,13 @@ impl Sources {
             m.push_str(",\"title\":");
             push_str_or_empty(&mut m, s.title.as_deref());
             m.push('}');
-            url_citation_members.push(m);
+            url_citation_rest.push(m);
         }
         sources_json.push(']');
         Sources {
             list,
             sources_json,
-            url_citation_members,
+            url_citation_rest,
         }
     }
 
@@ -338,7 +338,7 @@ impl Sources {
         push_u64(out, start);
         out.extend_from_slice(ANNOTATION_END);
         push_u64(out, end);
-        out.extend_from_slice(self.url_citation_members[number as usize - 1].as_bytes());
+        out.extend_from_slice(self.url_citation_rest[number as usize - 1].as_bytes());
         if shape == AnnotationShape::Nested {
             out.push(b'}');
         }
@@ -371,7 +371,7 @@ impl Sources {
             + digits.of(start)
             + ANNOTATION_END.len()
             + digits.of(end)
-            + self.url_citation_members[number as usize - 1].len()
+            + self.url_citation_rest[number as usize - 1].len()
             + usize::from(shape == AnnotationShape::Nested)
     }
 
