@@ -54,7 +54,12 @@ medians over the repetitions:
   peer: its latency through the peer minus its latency direct, event by
   event, so a delay both copies share (the upstream or the client late,
   which on a shared 2-core VM is most of a percentile's spread) cancels
-  instead of landing in one of two subtracted percentiles; at 50 paced
+  instead of landing in one of two subtracted percentiles; 2,000 events a
+  repetition, so a p99 is the 20th-worst event, not the 5th of 500 (a
+  handful of scheduler hiccups in one run moved a 500-event p99 from ~90
+  to ~400 µs for whichever peer they hit, `serve`, nginx or Envoy alike,
+  where 2,000-event runs read nginx, `serve` off and on within a few µs
+  of one another at p99); at 50 paced
   streams: the peer's percentile minus the upstream read directly, in the
   same repetition;
 * RSS per open stream: the slope (least squares) of the process tree's RSS
@@ -812,7 +817,7 @@ def main() -> None:
         plan = Plan(reps=1, unpaced_events=300, paced1_events=20, paced_streams=5, paced_events=10, gap_us=2000,
                     rss_steps=(5, 10, 15), unpaced_times=2)
     else:
-        plan = Plan(reps=5, unpaced_events=5000, paced1_events=500, paced_streams=50, paced_events=100,
+        plan = Plan(reps=5, unpaced_events=5000, paced1_events=2000, paced_streams=50, paced_events=100,
                     gap_us=2000, rss_steps=(100, 200, 300, 400, 500))
     plan.reps = args.reps or plan.reps
     plan.marker_every = args.marker_every
