@@ -214,8 +214,9 @@ pub struct Sources {
     list: Vec<Source>,
     /// `[{"index":1,"title":…,"url":…},…]`
     sources_json: String,
-    /// Per source: `,"url":…,"title":…}`, the rest of a `url_citation`
-    /// object after its `end_index` (the chat shape adds one more `}`).
+    /// Per source: `,"url":…,"title":…}}`, the rest of a chat-shaped
+    /// `url_citation` object after its `end_index`; the Responses shape
+    /// ends one brace earlier ([`Sources::url_citation_rest`]).
     url_citation_rest: Vec<String>,
 }
 
@@ -241,7 +242,7 @@ impl Sources {
             push_str_or_empty(&mut m, s.url.as_deref());
             m.push_str(",\"title\":");
             push_str_or_empty(&mut m, s.title.as_deref());
-            m.push('}');
+            m.push_str("}}");
             url_citation_rest.push(m);
         }
         sources_json.push(']');
@@ -334,25 +335,18 @@ impl Sources {
         start: u64,
         end: u64,
     ) {
-        // The head, both offsets and the text between them are put
-        // together on the stack with fixed-size copies (each offset as 20
-        // bytes, the digits first and the rest overwritten by what
-        // follows), then appended with the source's rest: two appends, not
-        // a `memcpy` call per part (a stream whose every event cites writes
-        // thousands of these in its last event).
+        AnnotationWriter::new(shape).push(self, out, false, number, start, end);
+    }
+
+    /// The rest of a `url_citation` object of `shape` citing source
+    /// `number` after its `end_index`: `,"url":…,"title":…}` and, in the
+    /// chat shape, the enclosing object's `}`.
+    #[inline]
+    fn url_citation_rest(&self, shape: AnnotationShape, number: u32) -> &[u8] {
         let rest = self.url_citation_rest[number as usize - 1].as_bytes();
-        let mut fixed = [0u8; FIXED_MAX + 20];
-        let mut n = match shape {
-            AnnotationShape::Nested => put(&mut fixed, 0, NESTED_HEAD),
-            AnnotationShape::Flat => put(&mut fixed, 0, FLAT_HEAD),
-        };
-        n += put_decimal(&mut fixed, n, start);
-        n = put(&mut fixed, n, ANNOTATION_END);
-        n += put_decimal(&mut fixed, n, end);
-        out.extend_from_slice(&fixed[..n]);
-        out.extend_from_slice(rest);
-        if shape == AnnotationShape::Nested {
-            out.push(b'}');
+        match shape {
+            AnnotationShape::Nested => rest,
+            AnnotationShape::Flat => &rest[..rest.len() - 1],
         }
     }
 
@@ -383,8 +377,7 @@ impl Sources {
             + digits.of(start)
             + ANNOTATION_END.len()
             + digits.of(end)
-            + self.url_citation_rest[number as usize - 1].len()
-            + usize::from(shape == AnnotationShape::Nested)
+            + self.url_citation_rest(shape, number).len()
     }
 
     /// The top-level `citations` array as JSON (docs/reference/responses.md, "The citations array"): one entry per
@@ -449,32 +442,79 @@ const NESTED_HEAD: &[u8; 53] = b"{\"type\":\"url_citation\",\"url_citation\":{\"
 const FLAT_HEAD: &[u8; 37] = b"{\"type\":\"url_citation\",\"start_index\":";
 const ANNOTATION_END: &[u8; 13] = b",\"end_index\":";
 
-/// The most bytes of an annotation before its source's rest: the longer
-/// head, `,"end_index":` and two offsets of at most 20 digits.
-const FIXED_MAX: usize = NESTED_HEAD.len() + 20 + ANNOTATION_END.len() + 20;
-
-/// Copies `part` (of a size known when compiled) into `buf` at `at`;
-/// returns where it ends.
-#[inline(always)]
-fn put<const N: usize>(buf: &mut [u8], at: usize, part: &[u8; N]) -> usize {
-    buf[at..at + N].copy_from_slice(part);
-    at + N
+/// Writes `url_citation` annotations of one shape, one after another (a
+/// stream whose every event cites writes thousands in its last event).
+///
+/// Each annotation is put together in the writer's buffer, then appended
+/// with its source's rest: two appends per annotation. The buffer holds a
+/// comma and the shape's head from the start, written once; per annotation
+/// only the two offsets and `,"end_index":` between them are written, each
+/// offset's digits in place (their number from [`DecimalLen`]).
+pub(crate) struct AnnotationWriter {
+    shape: AnnotationShape,
+    /// `,` then the head, then room for the rest of the fixed part.
+    buf: [u8; 1 + NESTED_HEAD.len() + 20 + ANNOTATION_END.len() + 20],
+    /// Where the start offset goes (after the comma and the head).
+    at: usize,
+    digits: DecimalLen,
 }
 
-/// Writes `v` in decimal into `buf` at `at` and returns its number of
-/// digits. Copies 20 bytes whatever the length (one fixed-size copy, no
-/// `memcpy` call): `buf` needs 20 bytes from `at`, and those after the
-/// digits hold filler for the caller to overwrite or leave out.
+impl AnnotationWriter {
+    pub(crate) fn new(shape: AnnotationShape) -> Self {
+        let mut buf = [0u8; 1 + NESTED_HEAD.len() + 20 + ANNOTATION_END.len() + 20];
+        buf[0] = b',';
+        let head = shape.head();
+        buf[1..1 + head.len()].copy_from_slice(head);
+        AnnotationWriter {
+            shape,
+            buf,
+            at: 1 + head.len(),
+            digits: DecimalLen::default(),
+        }
+    }
+
+    /// Appends the annotation of a marker citing source `number` at
+    /// `start..end` to `out`, after a comma when `comma`.
+    ///
+    /// # Panics
+    /// As [`Sources::push_annotation`].
+    #[inline]
+    pub(crate) fn push(
+        &mut self,
+        sources: &Sources,
+        out: &mut Vec<u8>,
+        comma: bool,
+        number: u32,
+        start: u64,
+        end: u64,
+    ) {
+        let rest = sources.url_citation_rest(self.shape, number);
+        let mut n = self.at;
+        n = write_digits(&mut self.buf, n, self.digits.of(start), start);
+        self.buf[n..n + ANNOTATION_END.len()].copy_from_slice(ANNOTATION_END);
+        n += ANNOTATION_END.len();
+        n = write_digits(&mut self.buf, n, self.digits.of(end), end);
+        out.extend_from_slice(&self.buf[usize::from(!comma)..n]);
+        out.extend_from_slice(rest);
+    }
+}
+
+/// Writes `v`, which has `len` decimal digits, into `buf` at `at` and
+/// returns where it ends: two digits a step from the right.
 #[inline(always)]
-fn put_decimal(buf: &mut [u8], at: usize, v: u64) -> usize {
-    let mut digits = [0u8; 40];
-    let (right, _) = digits.split_first_chunk_mut::<20>().expect("40 >= 20");
-    let len = decimal(v, right).len();
-    let from: &[u8; 20] = digits[20 - len..40 - len]
-        .try_into()
-        .expect("a 20-byte range");
-    put(buf, at, from);
-    len
+fn write_digits(buf: &mut [u8], at: usize, len: usize, mut v: u64) -> usize {
+    let digits = &mut buf[at..at + len];
+    let mut i = len;
+    while i >= 2 {
+        let p = (v % 100) as usize * 2;
+        v /= 100;
+        digits[i - 2..i].copy_from_slice(&DIGIT_PAIRS[p..p + 2]);
+        i -= 2;
+    }
+    if i == 1 {
+        digits[0] = b'0' + v as u8;
+    }
+    at + len
 }
 
 /// The number of decimal digits of `v`.
@@ -730,6 +770,73 @@ mod tests {
                         assert!(text.starts_with(&mid), "{text}");
                     }
                 }
+            }
+        }
+    }
+
+    /// Many annotations through one writer (as a stream's last event
+    /// writes them): offsets rising across every digit count, then
+    /// falling and mixed, so each offset is written over a longer or
+    /// shorter one left in the buffer; the array is what a serializer
+    /// writes, and as long as it was sized.
+    #[test]
+    fn a_writer_writes_arrays_of_annotations() {
+        let s = Sources::from_json(br#"[{"title":"T","url":"https://a/"},{"url":"u"}]"#).unwrap();
+        let mut offsets: Vec<u64> = (0..300).chain([999, 1000, 99_999, 100_000]).collect();
+        let mut p = 1u64;
+        while let Some(q) = p.checked_mul(10) {
+            offsets.extend([p - 1, p, q - 1]);
+            p = q;
+        }
+        offsets.push(u64::MAX);
+        let falling: Vec<u64> = offsets.iter().rev().copied().collect();
+        let mixed: Vec<u64> = offsets
+            .iter()
+            .step_by(7)
+            .chain(offsets.iter().step_by(3))
+            .copied()
+            .collect();
+        for list in [offsets, falling, mixed] {
+            for shape in [AnnotationShape::Nested, AnnotationShape::Flat] {
+                let triples: Vec<(u32, u64, u64)> = list
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &v)| (k as u32 % 2 + 1, v, list[(k + 1) % list.len()]))
+                    .collect();
+                let mut out = b"[".to_vec();
+                let mut w = AnnotationWriter::new(shape);
+                let mut len = 2;
+                for (k, &(n, start, end)) in triples.iter().enumerate() {
+                    w.push(&s, &mut out, k > 0, n, start, end);
+                    len += s.annotation_len_as(shape, n, start, end) + usize::from(k > 0);
+                }
+                out.push(b']');
+                assert_eq!(out.len(), len);
+                let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                let want: Vec<serde_json::Value> = triples
+                    .iter()
+                    .map(|&(n, start, end)| {
+                        let (url, title) = if n == 1 {
+                            ("https://a/", "T")
+                        } else {
+                            ("u", "")
+                        };
+                        let inner = serde_json::json!({
+                            "start_index": start, "end_index": end, "url": url, "title": title,
+                        });
+                        match shape {
+                            AnnotationShape::Nested => {
+                                serde_json::json!({"type": "url_citation", "url_citation": inner})
+                            }
+                            AnnotationShape::Flat => {
+                                let mut o = inner;
+                                o["type"] = "url_citation".into();
+                                o
+                            }
+                        }
+                    })
+                    .collect();
+                assert_eq!(got, serde_json::Value::Array(want), "{shape:?}");
             }
         }
     }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::cite::Marker;
 use crate::json::{self, Field, Invalid, Member, Splice};
-use crate::sources::{AnnotationShape, DecimalLen, Sources};
+use crate::sources::{AnnotationShape, AnnotationWriter, DecimalLen, Sources};
 use crate::sse::{self, Event, FrameRef};
 
 use super::RewriteOptions;
@@ -258,11 +258,9 @@ pub(crate) fn push_annotations(
     markers: &[Marker],
 ) {
     out.push(b'[');
+    let mut w = AnnotationWriter::new(shape);
     for (k, m) in markers.iter().enumerate() {
-        if k > 0 {
-            out.push(b',');
-        }
-        sources.push_annotation_as(shape, out, m.number, m.start, m.end);
+        w.push(sources, out, k > 0, m.number, m.start, m.end);
     }
     out.push(b']');
 }
