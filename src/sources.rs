@@ -589,25 +589,11 @@ static DIGIT_PAIRS: [u8; 200] = {
 };
 
 /// `v` in decimal, written at the end of `buf` (no allocation, unlike
-/// `to_string`): two digits a step (a stream's last event may write two
-/// offsets for each of thousands of markers).
-pub(crate) fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    while v >= 100 {
-        let p = (v % 100) as usize * 2;
-        v /= 100;
-        i -= 2;
-        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[p..p + 2]);
-    }
-    if v >= 10 {
-        let p = v as usize * 2;
-        i -= 2;
-        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[p..p + 2]);
-    } else {
-        i -= 1;
-        buf[i] = b'0' + v as u8;
-    }
-    &buf[i..]
+/// `to_string`), by [`write_digits`].
+pub(crate) fn decimal(v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let len = u64_len(v);
+    write_digits(buf, 20 - len, len, v);
+    &buf[20 - len..]
 }
 
 fn push_opt_str(out: &mut String, s: Option<&str>) {
